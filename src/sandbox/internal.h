@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Private to src/sandbox. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sandbox/sandbox.h"
+
+#define SBX_RANGE 65536u          /* uids (and gids) per sandbox */
+#define SBX_DEFAULT_UID_BASE 0x60000000u
+#define SBX_DEFAULT_UID_SLOTS 4096u
+#define SBX_PATH_MAX 4096
+#define SBX_STATE_FILE_MAX 16384
+#define SBX_CGROUP_CONTROLLERS 3 /* memory, pids, cpu */
+
+/* Where a sandbox lives on the host. */
+struct sbx_paths {
+	char dir[SBX_PATH_MAX];   /* <state_dir>/<id> */
+	char root[SBX_PATH_MAX];  /* <dir>/root: the sandbox's "/" (on disk) */
+	char upper[SBX_PATH_MAX]; /* <dir>/upper/<layer> */
+	char work[SBX_PATH_MAX];  /* <dir>/work/<layer> */
+	char workspace[SBX_PATH_MAX];
+};
+
+struct sbx_cgroup {
+	bool v2;
+	char path[SBX_CGROUP_CONTROLLERS][SBX_PATH_MAX]; /* v1: per controller; v2: [0] */
+	bool present[SBX_CGROUP_CONTROLLERS];
+	int dirfd; /* v2: for CLONE_INTO_CGROUP; else -1 */
+};
+
+/* What the state file records about a running sandbox. */
+struct sbx_state {
+	char id[SBX_ID_LEN + 1];
+	pid_t init_pid;
+	uint64_t init_start; /* /proc/<pid>/stat starttime: guards against pid reuse */
+	uint32_t slot;
+	uint32_t uid; /* host uid of root inside */
+	int64_t created;
+	struct sbx_cgroup cg;
+	char image[256];
+	char workspace[512];
+	bool ephemeral;
+	uint64_t memory_bytes;
+};
+
+/* state.c */
+int sbx_new_id(char ret[SBX_ID_LEN + 1]);
+int sbx_paths_init(const struct sbx_settings *set, const char *id, struct sbx_paths *p,
+		   struct al_error *err);
+int sbx_claim_slot(const struct sbx_settings *set, const char *id, uint32_t *ret_slot,
+		   struct al_error *err);
+void sbx_release_slot(const struct sbx_settings *set, uint32_t slot, const char *id);
+int sbx_state_write(const struct sbx_paths *p, const struct sbx_state *st);
+int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_state *ret,
+		   struct al_error *err);
+int sbx_proc_starttime(pid_t pid, uint64_t *ret);
+/* Opens a pidfd for st->init_pid if it is still the same process. */
+int sbx_state_pidfd(const struct sbx_state *st);
+/* Removes a directory tree without following symlinks, whatever its depth. */
+int sbx_rm_rf(const char *path);
+int sbx_lock_dir(const char *dir, bool wait);
+
+/* cgroup.c */
+int sbx_cgroup_create(const struct sbx_settings *set, const char *id,
+		      const struct sbx_spec *spec, struct sbx_cgroup *ret, struct al_error *err);
+/* Puts pid into every controller (cgroup v1; v2 places at clone time). */
+int sbx_cgroup_attach(const struct sbx_cgroup *cg, pid_t pid);
+/* Number of OOM kills recorded so far; 0 if unknown. */
+uint64_t sbx_cgroup_oom_kills(const struct sbx_cgroup *cg);
+int sbx_cgroup_destroy(const struct sbx_cgroup *cg);
+void sbx_cgroup_close(struct sbx_cgroup *cg);
+int sbx_cgroup_reopen(struct sbx_cgroup *cg);
+/* Removes cgroups below the parent whose names are not live sandbox ids. */
+int sbx_cgroup_gc(const struct sbx_settings *set, bool (*alive)(const char *id, void *ud),
+		  void *ud, unsigned *removed);
+bool sbx_cgroup_v2_usable(void);
+
+/* seccomp.c */
+int sbx_seccomp_load(void);
+
+/* rootfs.c: host side (before the sandbox's processes exist) */
+struct sbx_rootfs_plan;
+int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, uint32_t uid,
+		       struct sbx_rootfs_plan **ret, struct al_error *err);
+/* rootfs.c: inside the new mount namespace, as host root, before joining
+ * the sandbox's user namespace. */
+int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_userns_fd,
+		     struct al_error *err);
+bool sbx_rootfs_plan_needs_ws_userns(const struct sbx_rootfs_plan *plan, uint32_t *ret_owner);
+void sbx_rootfs_plan_free(struct sbx_rootfs_plan *plan);
+static inline void sbx_rootfs_plan_freep(struct sbx_rootfs_plan **p)
+{
+	sbx_rootfs_plan_free(*p);
+}

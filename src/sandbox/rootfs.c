@@ -1,0 +1,750 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The sandbox's root filesystem.
+ *
+ * "/" is a directory on disk (<state>/<id>/root) owned by the sandbox's
+ * root. Each system directory of the image is an overlay on it: the lower
+ * layer is an idmapped, read-only clone of the host directory (so files the
+ * host's root owns appear owned by the sandbox's root, and copy-up works),
+ * the upper layer is on disk and lives as long as the sandbox. With
+ * `--image DIR` the whole of DIR is one overlay at "/".
+ *
+ * Nothing is mounted in the host's mount namespace: every mount below is
+ * made by the sandbox's first process in its own namespace, as host root,
+ * before it joins the sandbox's user namespace. The mounts are therefore
+ * owned by the initial user namespace and the sandbox cannot change them
+ * even without the seccomp filter.
+ *
+ * Host secrets are kept out with overlay whiteouts written into the upper
+ * layer before the mount: a masked path does not exist inside at all.
+ */
+#include "sandbox/internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/mount.h>
+#include <stdarg.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/fdutil.h"
+
+#define MAX_LAYERS 16
+#define ETC_SCAN_MAX_ENTRIES 50000
+#define ETC_SCAN_MAX_DEPTH 16
+
+struct layer {
+	char name[32];            /* directory name under upper/ and work/ */
+	char lower[SBX_PATH_MAX]; /* host path */
+	char target[SBX_PATH_MAX]; /* path inside the sandbox, "" for "/" */
+};
+
+struct sbx_rootfs_plan {
+	char dir[SBX_PATH_MAX];
+	char root[SBX_PATH_MAX];
+	char upper[SBX_PATH_MAX];
+	char work[SBX_PATH_MAX];
+	char workspace[SBX_PATH_MAX];
+	bool ws_idmap;
+	uint32_t ws_uid, ws_gid; /* on-disk owner of the workspace */
+	uint32_t uid;            /* host uid of root inside */
+	uint64_t tmp_size;
+	struct layer layers[MAX_LAYERS];
+	size_t n_layers;
+	bool host_image;
+};
+
+/* Host directories shown read-only (through an overlay) with --image host. */
+static const char *const host_layers[] = {
+	"usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+	"var/lib/dpkg", "var/lib/apt",
+};
+
+/* Paths below /etc hidden whatever their mode. Everything under /etc that
+ * an unprivileged host user cannot read is hidden as well (scan_hidden). */
+static const char *const etc_hidden[] = {
+	"airlock", "shadow", "shadow-", "gshadow", "gshadow-", "ssl/private",
+	"security/opasswd", "krb5.keytab", "machine-id",
+};
+
+/* Fresh directories of the sandbox's own (name, mode). */
+static const struct {
+	const char *path;
+	mode_t mode;
+} skeleton[] = {
+	{ "tmp", 01777 },     { "proc", 0555 },      { "dev", 0755 },
+	{ "workspace", 0755 }, { "root", 0700 },     { "home", 0755 },
+	{ "run", 0755 },      { "mnt", 0755 },       { "srv", 0755 },
+	{ "var", 0755 },      { "var/lib", 0755 },   { "var/cache", 0755 },
+	{ "var/cache/apt", 0755 }, { "var/cache/apt/archives", 0755 },
+	{ "var/cache/apt/archives/partial", 0700 }, { "var/log", 0755 },
+	{ "var/tmp", 01777 }, { "var/spool", 0755 },
+};
+
+static int fmt(char *out, size_t size, const char *f, ...) __attribute__((format(printf, 3, 4)));
+static int fmt(char *out, size_t size, const char *f, ...)
+{
+	va_list ap;
+	va_start(ap, f);
+	int n = vsnprintf(out, size, f, ap);
+	va_end(ap);
+	return (n < 0 || (size_t)n >= size) ? -ENAMETOOLONG : 0;
+}
+
+void sbx_rootfs_plan_free(struct sbx_rootfs_plan *plan)
+{
+	free(plan);
+}
+
+bool sbx_rootfs_plan_needs_ws_userns(const struct sbx_rootfs_plan *plan, uint32_t *ret_owner)
+{
+	if (plan->ws_idmap && ret_owner) {
+		ret_owner[0] = plan->ws_uid;
+		ret_owner[1] = plan->ws_gid;
+	}
+	return plan->ws_idmap;
+}
+
+/* Overlay options are comma separated and ':' separates lower layers. */
+static bool path_ok_for_overlay(const char *p)
+{
+	return strpbrk(p, ",:\\\n") == NULL;
+}
+
+static int mkdir_owned(int dfd, const char *path, mode_t mode, uid_t uid, gid_t gid)
+{
+	if (mkdirat(dfd, path, mode) < 0 && errno != EEXIST)
+		return -errno;
+	if (fchownat(dfd, path, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	/* mkdir applies the umask; set the exact mode. */
+	if (fchmodat(dfd, path, mode, 0) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Host ids in 0..65535 appear shifted by uid inside; others are unmapped. */
+static uint32_t shift(uint32_t base, uint32_t id)
+{
+	return id < SBX_RANGE ? base + id : base + 65534; /* nobody */
+}
+
+/* Creates the directories leading to rel in upper, mirroring owner and
+ * mode of the same directories under lower, so the merged view is unchanged. */
+static int mirror_parents(int upperfd, const char *lower, const char *rel, uint32_t base)
+{
+	char buf[SBX_PATH_MAX];
+	if (fmt(buf, sizeof(buf), "%s", rel) < 0)
+		return -ENAMETOOLONG;
+	for (char *s = strchr(buf, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		char host[SBX_PATH_MAX];
+		struct stat st;
+		if (fmt(host, sizeof(host), "%s/%s", lower, buf) < 0)
+			return -ENAMETOOLONG;
+		if (lstat(host, &st) < 0 || !S_ISDIR(st.st_mode))
+			return -ENOTDIR;
+		int r = mkdir_owned(upperfd, buf, st.st_mode & 07777, shift(base, st.st_uid),
+				    shift(base, st.st_gid));
+		if (r < 0)
+			return r;
+		*s = '/';
+	}
+	return 0;
+}
+
+static int whiteout(int upperfd, const char *lower, const char *rel, uint32_t base)
+{
+	int r = mirror_parents(upperfd, lower, rel, base);
+	if (r < 0)
+		return r;
+	if (mknodat(upperfd, rel, S_IFCHR | 0000, makedev(0, 0)) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/* Hides every entry an unprivileged host user could not read. */
+static int scan_hidden(int upperfd, const char *lower, const char *rel, int depth,
+		       unsigned *entries, uint32_t base)
+{
+	char path[SBX_PATH_MAX];
+	if (fmt(path, sizeof(path), "%s%s%s", lower, *rel ? "/" : "", rel) < 0)
+		return -ENAMETOOLONG;
+	DIR *d = opendir(path);
+	if (!d)
+		return -errno;
+	int ret = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (++*entries > ETC_SCAN_MAX_ENTRIES) {
+			ret = -E2BIG;
+			break;
+		}
+		struct stat st;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		char sub[SBX_PATH_MAX];
+		if (fmt(sub, sizeof(sub), "%s%s%s", rel, *rel ? "/" : "", de->d_name) < 0) {
+			ret = -ENAMETOOLONG;
+			break;
+		}
+		bool hide;
+		if (S_ISLNK(st.st_mode))
+			hide = false;
+		else if (S_ISDIR(st.st_mode))
+			hide = (st.st_mode & (S_IROTH | S_IXOTH)) != (S_IROTH | S_IXOTH);
+		else if (S_ISREG(st.st_mode))
+			hide = !(st.st_mode & S_IROTH);
+		else
+			hide = true; /* sockets, fifos, devices have no business here */
+		if (hide) {
+			ret = whiteout(upperfd, lower, sub, base);
+			if (ret < 0)
+				break;
+		} else if (S_ISDIR(st.st_mode) && depth < ETC_SCAN_MAX_DEPTH) {
+			ret = scan_hidden(upperfd, lower, sub, depth + 1, entries, base);
+			if (ret < 0)
+				break;
+		}
+	}
+	closedir(d);
+	return ret;
+}
+
+static int write_upper_file(int upperfd, const char *name, const char *content, uint32_t uid)
+{
+	unlinkat(upperfd, name, 0);
+	_cleanup_close_ int fd =
+		openat(upperfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return -errno;
+	int r = write_full(fd, content, strlen(content));
+	if (r < 0)
+		return r;
+	if (fchown(fd, uid, uid) < 0 || fchmod(fd, 0644) < 0)
+		return -errno;
+	return 0;
+}
+
+static int prepare_etc(int upperfd, const struct sbx_spec *spec, uint32_t uid)
+{
+	unsigned entries = 0;
+	int r = scan_hidden(upperfd, "/etc", "", 0, &entries, uid);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < ARRAY_SIZE(etc_hidden); i++) {
+		char host[SBX_PATH_MAX];
+		struct stat st;
+		if (fmt(host, sizeof(host), "/etc/%s", etc_hidden[i]) < 0)
+			return -ENAMETOOLONG;
+		if (lstat(host, &st) < 0)
+			continue;
+		r = whiteout(upperfd, "/etc", etc_hidden[i], uid);
+		if (r < 0)
+			return r;
+	}
+	/* Host ssh keys, whatever their mode. */
+	DIR *d = opendir("/etc/ssh");
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			if (strncmp(de->d_name, "ssh_host_", 9) != 0)
+				continue;
+			char rel[300];
+			if (fmt(rel, sizeof(rel), "ssh/%s", de->d_name) < 0)
+				continue;
+			r = whiteout(upperfd, "/etc", rel, uid);
+			if (r < 0)
+				break;
+		}
+		closedir(d);
+		if (r < 0)
+			return r;
+	}
+
+	const char *host = spec->hostname ? spec->hostname : "airlock";
+	char buf[512];
+	if (fmt(buf, sizeof(buf), "%s\n", host) < 0)
+		return -ENAMETOOLONG;
+	r = write_upper_file(upperfd, "hostname", buf, uid);
+	if (r < 0)
+		return r;
+	if (fmt(buf, sizeof(buf),
+		"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
+		host) < 0)
+		return -ENAMETOOLONG;
+	r = write_upper_file(upperfd, "hosts", buf, uid);
+	if (r < 0)
+		return r;
+	/* No resolver until the gateway provides one. */
+	r = write_upper_file(upperfd, "resolv.conf", "# no name service in this sandbox\n", uid);
+	if (r < 0)
+		return r;
+	uint8_t raw[16];
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		return -EIO;
+	char mid[34];
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(mid + 2 * i, 3, "%02x", raw[i]);
+	mid[32] = '\n';
+	mid[33] = '\0';
+	return write_upper_file(upperfd, "machine-id", mid, uid);
+}
+
+static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan *plan,
+			     struct al_error *err)
+{
+	if (!spec->workspace) {
+		int r = mkdir_owned(AT_FDCWD, plan->workspace, 0755, plan->uid, plan->uid);
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot create workspace");
+		return 0;
+	}
+	char *real = realpath(spec->workspace, NULL);
+	if (!real)
+		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
+	int r = fmt(plan->workspace, sizeof(plan->workspace), "%s", real);
+	free(real);
+	if (r < 0)
+		return al_error_set(err, r, "workspace path too long");
+	struct stat st;
+	if (stat(plan->workspace, &st) < 0)
+		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
+	if (!S_ISDIR(st.st_mode))
+		return al_error_set(err, -ENOTDIR, "workspace %s is not a directory", spec->workspace);
+	if (st.st_uid != 0) {
+		/* Inside, the workspace's owner is root; files the sandbox
+		 * creates belong to that owner on the host. */
+		plan->ws_idmap = true;
+		plan->ws_uid = (uint32_t)st.st_uid;
+		plan->ws_gid = (uint32_t)st.st_gid;
+		return 0;
+	}
+	/* Owned by host root: the sandbox must never create root-owned files
+	 * on the host. An empty directory is handed to the sandbox's root. */
+	_cleanup_close_ int fd = open(plan->workspace, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
+	DIR *d = fdopendir(fcntl(fd, F_DUPFD_CLOEXEC, 3));
+	if (!d)
+		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
+	bool empty = true;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+			empty = false;
+	closedir(d);
+	if (!empty)
+		return al_error_set(err, -EPERM,
+				    "workspace %s is owned by root and not empty; give it to an "
+				    "unprivileged owner (chown -R USER %s) so files made inside are "
+				    "never owned by root on the host",
+				    spec->workspace, spec->workspace);
+	if (fchown(fd, plan->uid, plan->uid) < 0)
+		return al_error_set_errno(err, -errno, "cannot hand workspace to the sandbox");
+	return 0;
+}
+
+static int add_layer(struct sbx_rootfs_plan *plan, const char *lower, const char *target)
+{
+	if (plan->n_layers >= MAX_LAYERS)
+		return -E2BIG;
+	struct layer *l = &plan->layers[plan->n_layers];
+	snprintf(l->name, sizeof(l->name), "%zu", plan->n_layers);
+	if (fmt(l->lower, sizeof(l->lower), "%s", lower) < 0 ||
+	    fmt(l->target, sizeof(l->target), "%s", target) < 0)
+		return -ENAMETOOLONG;
+	if (!path_ok_for_overlay(l->lower))
+		return -EINVAL;
+	plan->n_layers++;
+	return 0;
+}
+
+static int prepare_layer_dirs(struct sbx_rootfs_plan *plan, const struct layer *l,
+			      int *ret_upperfd)
+{
+	char up[SBX_PATH_MAX], wk[SBX_PATH_MAX];
+	if (fmt(up, sizeof(up), "%s/%s", plan->upper, l->name) < 0 ||
+	    fmt(wk, sizeof(wk), "%s/%s", plan->work, l->name) < 0)
+		return -ENAMETOOLONG;
+	struct stat st;
+	if (stat(l->lower, &st) < 0)
+		return -errno;
+	int r = mkdir_owned(AT_FDCWD, up, st.st_mode & 07777, shift(plan->uid, st.st_uid),
+			    shift(plan->uid, st.st_gid));
+	if (r < 0)
+		return r;
+	r = mkdir_owned(AT_FDCWD, wk, 0700, 0, 0);
+	if (r < 0)
+		return r;
+	if (ret_upperfd) {
+		*ret_upperfd = open(up, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (*ret_upperfd < 0)
+			return -errno;
+	}
+	return 0;
+}
+
+int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, uint32_t uid,
+		       struct sbx_rootfs_plan **ret, struct al_error *err)
+{
+	_cleanup_free_ struct sbx_rootfs_plan *plan = calloc(1, sizeof(*plan));
+	if (!plan)
+		return al_error_set(err, -ENOMEM, "out of memory");
+	plan->uid = uid;
+	memcpy(plan->dir, p->dir, sizeof(plan->dir));
+	memcpy(plan->root, p->root, sizeof(plan->root));
+	memcpy(plan->upper, p->upper, sizeof(plan->upper));
+	memcpy(plan->work, p->work, sizeof(plan->work));
+	memcpy(plan->workspace, p->workspace, sizeof(plan->workspace));
+	plan->tmp_size = spec->memory_bytes ? spec->memory_bytes : (uint64_t)1 << 30;
+	if (!path_ok_for_overlay(p->dir))
+		return al_error_set(err, -EINVAL,
+				    "state directory %s may not contain ',', ':' or '\\'", p->dir);
+
+	int r = prepare_workspace(spec, plan, err);
+	if (r < 0)
+		return r;
+
+	if (mkdir_owned(AT_FDCWD, plan->root, 0755, uid, uid) < 0 ||
+	    mkdir_owned(AT_FDCWD, plan->upper, 0700, 0, 0) < 0 ||
+	    mkdir_owned(AT_FDCWD, plan->work, 0700, 0, 0) < 0)
+		return al_error_set_errno(err, -errno, "cannot create sandbox directories in %s",
+					  p->dir);
+	char lowerdir[SBX_PATH_MAX];
+	if (fmt(lowerdir, sizeof(lowerdir), "%s/lower", p->dir) < 0 ||
+	    mkdir_owned(AT_FDCWD, lowerdir, 0700, 0, 0) < 0)
+		return al_error_set(err, -EIO, "cannot create %s", lowerdir);
+
+	_cleanup_close_ int rootfd =
+		open(plan->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (rootfd < 0)
+		return al_error_set_errno(err, -errno, "cannot open %s", plan->root);
+
+	plan->host_image = !spec->image || strcmp(spec->image, "host") == 0;
+	if (plan->host_image) {
+		for (size_t i = 0; i < ARRAY_SIZE(host_layers); i++) {
+			char host[SBX_PATH_MAX];
+			struct stat st;
+			if (fmt(host, sizeof(host), "/%s", host_layers[i]) < 0)
+				continue;
+			if (lstat(host, &st) < 0)
+				continue;
+			if (S_ISLNK(st.st_mode)) {
+				/* merged-/usr: /bin -> usr/bin and the like */
+				char target[SBX_PATH_MAX];
+				ssize_t n = readlink(host, target, sizeof(target) - 1);
+				if (n < 0)
+					continue;
+				target[n] = '\0';
+				if (symlinkat(target, rootfd, host_layers[i]) < 0 && errno != EEXIST)
+					return al_error_set_errno(err, -errno, "cannot link /%s",
+								  host_layers[i]);
+				if (fchownat(rootfd, host_layers[i], uid, uid, AT_SYMLINK_NOFOLLOW) < 0)
+					return al_error_set_errno(err, -errno, "cannot chown /%s",
+								  host_layers[i]);
+				continue;
+			}
+			if (!S_ISDIR(st.st_mode))
+				continue;
+			r = add_layer(plan, host, host_layers[i]);
+			if (r < 0)
+				return al_error_set_errno(err, r, "cannot use /%s", host_layers[i]);
+		}
+		for (size_t i = 0; i < ARRAY_SIZE(skeleton); i++) {
+			r = mkdir_owned(rootfd, skeleton[i].path, skeleton[i].mode, uid, uid);
+			if (r < 0)
+				return al_error_set_errno(err, r, "cannot create /%s", skeleton[i].path);
+		}
+		for (size_t i = 0; i < plan->n_layers; i++) {
+			struct layer *l = &plan->layers[i];
+			r = mkdir_owned(rootfd, l->target, 0755, uid, uid);
+			if (r < 0)
+				return al_error_set_errno(err, r, "cannot create /%s", l->target);
+			int upperfd = -1;
+			r = prepare_layer_dirs(plan, l, &upperfd);
+			if (r >= 0 && strcmp(l->target, "etc") == 0)
+				r = prepare_etc(upperfd, spec, uid);
+			safe_close(upperfd);
+			if (r < 0)
+				return al_error_set_errno(err, r, "cannot prepare /%s", l->target);
+		}
+	} else {
+		char *real = realpath(spec->image, NULL);
+		if (!real)
+			return al_error_set_errno(err, -errno, "image %s", spec->image);
+		struct stat st;
+		r = stat(real, &st) < 0 ? -errno : (S_ISDIR(st.st_mode) ? 0 : -ENOTDIR);
+		if (r >= 0 && strcmp(real, "/") == 0)
+			r = -EINVAL;
+		if (r >= 0)
+			r = add_layer(plan, real, "");
+		free(real);
+		if (r < 0)
+			return al_error_set_errno(err, r, "image %s cannot be used", spec->image);
+		struct layer *l = &plan->layers[0];
+		char bin[SBX_PATH_MAX];
+		if (fmt(bin, sizeof(bin), "%s/bin", l->lower) < 0 || access(bin, F_OK) < 0)
+			return al_error_set(err, -ENOENT,
+					    "image %s has no /bin: not a root filesystem", spec->image);
+		int upperfd = -1;
+		r = prepare_layer_dirs(plan, l, &upperfd);
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot prepare image layer");
+		/* Mount points the image may lack, made in the upper layer. */
+		static const char *const points[] = { "tmp", "proc", "dev", "workspace", "etc" };
+		for (size_t i = 0; i < ARRAY_SIZE(points) && r >= 0; i++) {
+			char path[SBX_PATH_MAX];
+			struct stat pst;
+			if (fmt(path, sizeof(path), "%s/%s", l->lower, points[i]) == 0 &&
+			    lstat(path, &pst) == 0 && S_ISDIR(pst.st_mode))
+				continue;
+			unlinkat(upperfd, points[i], 0);
+			r = mkdir_owned(upperfd, points[i], strcmp(points[i], "tmp") ? 0755 : 01777,
+					uid, uid);
+		}
+		safe_close(upperfd);
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot prepare image mount points");
+	}
+	*ret = TAKE_PTR(plan);
+	return 0;
+}
+
+/* ---- inside the sandbox's mount namespace ---- */
+
+static int sys_open_tree(int dfd, const char *path, unsigned flags)
+{
+	return (int)syscall(SYS_open_tree, dfd, path, flags);
+}
+
+static int sys_mount_setattr(int dfd, const char *path, unsigned flags, struct mount_attr *attr)
+{
+	return (int)syscall(SYS_mount_setattr, dfd, path, flags, attr, sizeof(*attr));
+}
+
+static int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char *to,
+			  unsigned flags)
+{
+	return (int)syscall(SYS_move_mount, from_dfd, from, to_dfd, to, flags);
+}
+
+/* Attaches a read-only clone of src, with ids shifted through userns_fd. */
+static int idmapped_bind(const char *src, const char *dst, int userns_fd, bool readonly,
+			 struct al_error *err)
+{
+	_cleanup_close_ int fd =
+		sys_open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	if (fd < 0)
+		return al_error_set_errno(err, -errno, "open_tree %s", src);
+	struct mount_attr attr = {
+		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+			    (readonly ? MOUNT_ATTR_RDONLY : 0),
+		.userns_fd = (uint64_t)userns_fd,
+	};
+	if (sys_mount_setattr(fd, "", AT_EMPTY_PATH, &attr) < 0)
+		return al_error_set_errno(err, -errno,
+					  "cannot make an idmapped mount of %s (needs Linux 5.19+ "
+					  "and a filesystem that supports it; see `airlock doctor`)",
+					  src);
+	if (sys_move_mount(fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		return al_error_set_errno(err, -errno, "move_mount %s", dst);
+	return 0;
+}
+
+static int mount_layer(const struct sbx_rootfs_plan *plan, const struct layer *l, int userns_fd,
+		       struct al_error *err)
+{
+	char staged[SBX_PATH_MAX], target[SBX_PATH_MAX], opts[3 * SBX_PATH_MAX + 128];
+	if (fmt(staged, sizeof(staged), "%s/lower/%s", plan->dir, l->name) < 0 ||
+	    fmt(target, sizeof(target), "%s%s%s", plan->root, *l->target ? "/" : "", l->target) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	if (mkdir(staged, 0700) < 0 && errno != EEXIST)
+		return al_error_set_errno(err, -errno, "mkdir %s", staged);
+	int r = idmapped_bind(l->lower, staged, userns_fd, true, err);
+	if (r < 0)
+		return r;
+	if (fmt(opts, sizeof(opts),
+		"lowerdir=%s,upperdir=%s/%s,workdir=%s/%s,redirect_dir=off,metacopy=off,"
+		"index=off,xino=off,volatile",
+		staged, plan->upper, l->name, plan->work, l->name) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "overlay options too long");
+	if (mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
+		return al_error_set_errno(err, -errno, "cannot mount overlay on /%s", l->target);
+	/* The overlay holds its own reference to the lower layer. */
+	if (umount2(staged, MNT_DETACH) < 0)
+		return al_error_set_errno(err, -errno, "umount %s", staged);
+	return 0;
+}
+
+static int mount_dev(const char *root, uint32_t uid, struct al_error *err)
+{
+	char dev[SBX_PATH_MAX], opts[128];
+	if (fmt(dev, sizeof(dev), "%s/dev", root) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	snprintf(opts, sizeof(opts), "mode=755,size=64k,nr_inodes=64,uid=%u,gid=%u", uid, uid);
+	if (mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, opts) < 0)
+		return al_error_set_errno(err, -errno, "mount /dev");
+	_cleanup_close_ int dfd = open(dev, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return al_error_set_errno(err, -errno, "open /dev");
+	static const struct {
+		const char *name;
+		unsigned major, minor;
+	} nodes[] = {
+		{ "null", 1, 3 },    { "zero", 1, 5 },    { "full", 1, 7 },
+		{ "random", 1, 8 },  { "urandom", 1, 9 }, { "tty", 5, 0 },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
+		if (mknodat(dfd, nodes[i].name, S_IFCHR | 0666, makedev(nodes[i].major, nodes[i].minor)) < 0 ||
+		    fchmodat(dfd, nodes[i].name, 0666, 0) < 0 ||
+		    fchownat(dfd, nodes[i].name, uid, uid, 0) < 0)
+			return al_error_set_errno(err, -errno, "cannot create /dev/%s", nodes[i].name);
+	}
+	static const struct {
+		const char *name, *target;
+	} links[] = {
+		{ "fd", "/proc/self/fd" },   { "stdin", "/proc/self/fd/0" },
+		{ "stdout", "/proc/self/fd/1" }, { "stderr", "/proc/self/fd/2" },
+		{ "ptmx", "pts/ptmx" },      { "core", "/proc/kcore" },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(links); i++)
+		if (symlinkat(links[i].target, dfd, links[i].name) < 0)
+			return al_error_set_errno(err, -errno, "cannot link /dev/%s", links[i].name);
+	if (mkdirat(dfd, "pts", 0755) < 0 || mkdirat(dfd, "shm", 01777) < 0)
+		return al_error_set_errno(err, -errno, "cannot create /dev directories");
+	char path[SBX_PATH_MAX];
+	if (fmt(path, sizeof(path), "%s/pts", dev) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	snprintf(opts, sizeof(opts), "newinstance,ptmxmode=0666,mode=620,gid=%u", uid + 5);
+	if (mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC, opts) < 0)
+		return al_error_set_errno(err, -errno, "mount /dev/pts");
+	if (fmt(path, sizeof(path), "%s/shm", dev) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	snprintf(opts, sizeof(opts), "mode=1777,size=256m,uid=%u,gid=%u", uid, uid);
+	if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+		return al_error_set_errno(err, -errno, "mount /dev/shm");
+	/* Device nodes exist; nothing more may be created or reinterpreted. */
+	if (mount(NULL, dev, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, opts) < 0 &&
+	    mount(NULL, dev, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) < 0)
+		return al_error_set_errno(err, -errno, "remount /dev read-only");
+	return 0;
+}
+
+static int mount_proc(const char *root, struct al_error *err)
+{
+	char proc[SBX_PATH_MAX];
+	if (fmt(proc, sizeof(proc), "%s/proc", root) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	if (mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+		return al_error_set_errno(err, -errno, "mount /proc");
+	/* Kernel-wide knobs and information: read-only or hidden. */
+	static const char *const ro[] = { "sys", "sysrq-trigger", "irq", "bus", "fs" };
+	for (size_t i = 0; i < ARRAY_SIZE(ro); i++) {
+		char p[SBX_PATH_MAX];
+		if (fmt(p, sizeof(p), "%s/%s", proc, ro[i]) < 0 || access(p, F_OK) < 0)
+			continue;
+		if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+		    mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+			return al_error_set_errno(err, -errno, "cannot make /proc/%s read-only", ro[i]);
+	}
+	char devnull[SBX_PATH_MAX];
+	if (fmt(devnull, sizeof(devnull), "%s/dev/null", root) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	static const char *const hidden_files[] = { "kcore", "keys", "timer_list", "sched_debug",
+						    "latency_stats", "kallsyms", "kpagecount",
+						    "kpageflags", "kpagecgroup", "sysvipc" };
+	for (size_t i = 0; i < ARRAY_SIZE(hidden_files); i++) {
+		char p[SBX_PATH_MAX];
+		struct stat st;
+		if (fmt(p, sizeof(p), "%s/%s", proc, hidden_files[i]) < 0 || lstat(p, &st) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+				  "size=0,mode=555") < 0)
+				return al_error_set_errno(err, -errno, "cannot hide /proc/%s",
+							  hidden_files[i]);
+		} else if (mount(devnull, p, NULL, MS_BIND, NULL) < 0) {
+			return al_error_set_errno(err, -errno, "cannot hide /proc/%s", hidden_files[i]);
+		}
+	}
+	static const char *const hidden_dirs[] = { "acpi", "scsi", "asound" };
+	for (size_t i = 0; i < ARRAY_SIZE(hidden_dirs); i++) {
+		char p[SBX_PATH_MAX];
+		if (fmt(p, sizeof(p), "%s/%s", proc, hidden_dirs[i]) < 0 || access(p, F_OK) < 0)
+			continue;
+		if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			  "size=0,mode=555") < 0)
+			return al_error_set_errno(err, -errno, "cannot hide /proc/%s", hidden_dirs[i]);
+	}
+	return 0;
+}
+
+int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_userns_fd,
+		     struct al_error *err)
+{
+	/* Nothing we mount may propagate back to the host. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return al_error_set_errno(err, -errno, "cannot make mounts private");
+	if (mount(plan->root, plan->root, NULL, MS_BIND, NULL) < 0)
+		return al_error_set_errno(err, -errno, "cannot bind %s", plan->root);
+	if (mount(NULL, plan->root, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
+		return al_error_set_errno(err, -errno, "cannot remount %s", plan->root);
+
+	for (size_t i = 0; i < plan->n_layers; i++) {
+		int r = mount_layer(plan, &plan->layers[i], userns_fd, err);
+		if (r < 0)
+			return r;
+	}
+
+	char path[SBX_PATH_MAX], opts[128];
+	if (fmt(path, sizeof(path), "%s/tmp", plan->root) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	snprintf(opts, sizeof(opts), "mode=1777,size=%" PRIu64 ",uid=%u,gid=%u", plan->tmp_size,
+		 plan->uid, plan->uid);
+	if (mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+		return al_error_set_errno(err, -errno, "mount /tmp");
+
+	int r = mount_dev(plan->root, plan->uid, err);
+	if (r < 0)
+		return r;
+	r = mount_proc(plan->root, err);
+	if (r < 0)
+		return r;
+
+	if (fmt(path, sizeof(path), "%s/workspace", plan->root) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	if (plan->ws_idmap) {
+		r = idmapped_bind(plan->workspace, path, ws_userns_fd, false, err);
+		if (r < 0)
+			return r;
+	} else {
+		if (mount(plan->workspace, path, NULL, MS_BIND, NULL) < 0 ||
+		    mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
+			return al_error_set_errno(err, -errno, "cannot bind the workspace");
+	}
+
+	/* Switch to the new root; the old one is detached entirely. */
+	if (chdir(plan->root) < 0)
+		return al_error_set_errno(err, -errno, "chdir %s", plan->root);
+	if (syscall(SYS_pivot_root, ".", ".") < 0)
+		return al_error_set_errno(err, -errno, "pivot_root");
+	if (umount2(".", MNT_DETACH) < 0)
+		return al_error_set_errno(err, -errno, "cannot detach the host root");
+	if (chdir("/") < 0)
+		return al_error_set_errno(err, -errno, "chdir /");
+	return 0;
+}

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The sandbox runtime: create a sandbox (namespaces, overlay root, cgroup
+ * limits, seccomp), run commands in it, destroy it without a trace.
+ *
+ * Every function returns 0 or a negative errno and fills err with a reason
+ * a user can act on. Nothing here exits the process.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+#define SBX_ID_LEN 16 /* hex characters */
+#define SBX_MAX_ENV 256
+#define SBX_HOSTNAME_MAX 63
+
+enum sbx_network {
+	SBX_NETWORK_NONE = 0,
+	SBX_NETWORK_RESTRICTED,
+	SBX_NETWORK_OPEN,
+};
+
+/* What a sandbox is made of; fixed for its life. */
+struct sbx_spec {
+	const char *image;     /* NULL or "host": the host's system directories */
+	const char *workspace; /* NULL: a fresh empty directory */
+	enum sbx_network network;
+	const char *hostname;  /* NULL: "airlock" */
+	char **env;            /* K=V strings given for every command */
+	size_t n_env;
+	uint64_t memory_bytes; /* 0: no limit */
+	uint64_t pids;         /* 0: no limit */
+	double cpus;           /* 0: no limit */
+};
+
+/* How one command runs. */
+struct sbx_exec_opts {
+	char **env; /* extra K=V, after the spec's */
+	size_t n_env;
+	const char *cwd;        /* NULL: /workspace */
+	uint64_t timeout_ms;    /* 0: none */
+	uint64_t output_limit;  /* bytes of stdout+stderr; 0: none */
+	int stdin_fd;           /* usually 0; -1 for /dev/null */
+	int stdout_fd;          /* usually 1 */
+	int stderr_fd;          /* usually 2 */
+};
+
+enum sbx_outcome {
+	SBX_EXITED = 0,   /* status holds the exit code */
+	SBX_SIGNALED,     /* status holds the signal */
+	SBX_TIMED_OUT,
+	SBX_OOM_KILLED,
+};
+
+struct sbx_result {
+	enum sbx_outcome outcome;
+	int status;
+	bool output_truncated;
+	uint64_t output_bytes;
+};
+
+/* Process-wide settings, from the environment or configuration. */
+struct sbx_settings {
+	const char *state_dir;     /* default /var/lib/airlock/sandboxes */
+	const char *cgroup_parent; /* default "airlock" (below each hierarchy's root) */
+	uint32_t uid_base;         /* first host uid of the sandbox ranges */
+	uint32_t uid_slots;        /* how many 65536-wide ranges */
+};
+
+void sbx_settings_default(struct sbx_settings *s);
+/* Applies AIRLOCK_STATE_DIR, AIRLOCK_CGROUP_PARENT, AIRLOCK_UID_BASE. */
+int sbx_settings_from_env(struct sbx_settings *s, struct al_error *err);
+
+/* Runs argv in a new sandbox and destroys it afterwards. */
+int sbx_run(const struct sbx_settings *set, const struct sbx_spec *spec, char *const *argv,
+	    const struct sbx_exec_opts *opts, struct sbx_result *ret, struct al_error *err);
+
+/* Creates a persistent sandbox; writes its id (SBX_ID_LEN + 1 bytes). */
+int sbx_create(const struct sbx_settings *set, const struct sbx_spec *spec, char *ret_id,
+	       struct al_error *err);
+
+/* Runs argv in an existing sandbox. */
+int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
+	     const struct sbx_exec_opts *opts, struct sbx_result *ret, struct al_error *err);
+
+/* Kills everything in the sandbox and removes every trace of it. */
+int sbx_destroy(const struct sbx_settings *set, const char *id, struct al_error *err);
+
+struct sbx_info {
+	char id[SBX_ID_LEN + 1];
+	bool running;
+	int64_t created; /* unix seconds */
+	char image[256];
+	char workspace[512];
+};
+
+/* Calls fn for every sandbox in the state directory. */
+int sbx_list(const struct sbx_settings *set,
+	     int (*fn)(const struct sbx_info *info, void *userdata), void *userdata,
+	     struct al_error *err);
+
+/* Removes what crashed or killed sandboxes left behind; reports the count. */
+int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_error *err);
+
+/* Kernel feature report for `airlock doctor`; returns the number missing. */
+int sbx_doctor(int out_fd);
+
+bool sbx_id_valid(const char *id);

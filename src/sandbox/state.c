@@ -1,0 +1,427 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The on-host record of sandboxes: ids, directories, uid slots, the state
+ * file, and removal of what a sandbox leaves on disk.
+ *
+ * Layout under the state directory (root-only, 0700):
+ *   <id>/state        key=value lines, written atomically
+ *   <id>/lock         flock()ed while the sandbox is being created or destroyed
+ *   <id>/root         the sandbox's "/" (system directories are overlays on it)
+ *   <id>/upper, work  overlay upper and work directories, one per layer
+ *   <id>/workspace    the fresh workspace when none was given
+ *   slots/<n>         symlink to the id owning host uid range n
+ */
+#include "sandbox/internal.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/fdutil.h"
+#include "common/parse.h"
+
+#define RM_MAX_DEPTH 128
+
+bool sbx_id_valid(const char *id)
+{
+	if (!id || strlen(id) != SBX_ID_LEN)
+		return false;
+	for (const char *c = id; *c; c++)
+		if (!isxdigit((unsigned char)*c) || isupper((unsigned char)*c))
+			return false;
+	return true;
+}
+
+int sbx_new_id(char ret[SBX_ID_LEN + 1])
+{
+	uint8_t raw[SBX_ID_LEN / 2];
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		return -EIO;
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(ret + 2 * i, 3, "%02x", raw[i]);
+	return 0;
+}
+
+static int path_join(char *out, size_t size, const char *a, const char *b)
+{
+	int n = snprintf(out, size, "%s/%s", a, b);
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int sbx_paths_init(const struct sbx_settings *set, const char *id, struct sbx_paths *p,
+		   struct al_error *err)
+{
+	if (!sbx_id_valid(id))
+		return al_error_set(err, -EINVAL, "invalid sandbox id '%s'", id);
+	if (path_join(p->dir, sizeof(p->dir), set->state_dir, id) < 0 ||
+	    path_join(p->root, sizeof(p->root), p->dir, "root") < 0 ||
+	    path_join(p->upper, sizeof(p->upper), p->dir, "upper") < 0 ||
+	    path_join(p->work, sizeof(p->work), p->dir, "work") < 0 ||
+	    path_join(p->workspace, sizeof(p->workspace), p->dir, "workspace") < 0)
+		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
+	return 0;
+}
+
+static int ensure_dir(const char *path, mode_t mode)
+{
+	if (mkdir(path, mode) < 0 && errno != EEXIST)
+		return -errno;
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	return 0;
+}
+
+int sbx_claim_slot(const struct sbx_settings *set, const char *id, uint32_t *ret_slot,
+		   struct al_error *err)
+{
+	char slots[SBX_PATH_MAX];
+	if (path_join(slots, sizeof(slots), set->state_dir, "slots") < 0)
+		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
+	int r = ensure_dir(slots, 0700);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot create %s", slots);
+	_cleanup_close_ int dfd = open(slots, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0)
+		return al_error_set_errno(err, -errno, "cannot open %s", slots);
+
+	uint32_t start;
+	if (getrandom(&start, sizeof(start), 0) != (ssize_t)sizeof(start))
+		start = (uint32_t)getpid();
+	for (uint32_t i = 0; i < set->uid_slots; i++) {
+		uint32_t slot = (start + i) % set->uid_slots;
+		char name[16];
+		snprintf(name, sizeof(name), "%" PRIu32, slot);
+		/* symlinkat is atomic: exactly one claimant wins a slot. */
+		if (symlinkat(id, dfd, name) == 0) {
+			*ret_slot = slot;
+			return 0;
+		}
+		if (errno != EEXIST)
+			return al_error_set_errno(err, -errno, "cannot claim uid slot");
+	}
+	return al_error_set(err, -EUSERS, "all %" PRIu32 " sandbox uid ranges are in use",
+			    set->uid_slots);
+}
+
+void sbx_release_slot(const struct sbx_settings *set, uint32_t slot, const char *id)
+{
+	char path[SBX_PATH_MAX];
+	int n = snprintf(path, sizeof(path), "%s/slots/%" PRIu32, set->state_dir, slot);
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return;
+	char target[SBX_ID_LEN + 2];
+	ssize_t len = readlink(path, target, sizeof(target) - 1);
+	if (len < 0)
+		return;
+	target[len] = '\0';
+	/* Only the owner releases: a reused slot belongs to someone else now. */
+	if (strcmp(target, id) == 0)
+		unlink(path);
+}
+
+int sbx_lock_dir(const char *dir, bool wait)
+{
+	char path[SBX_PATH_MAX];
+	if (path_join(path, sizeof(path), dir, "lock") < 0)
+		return -ENAMETOOLONG;
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB)) < 0) {
+		int r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+int sbx_state_write(const struct sbx_paths *p, const struct sbx_state *st)
+{
+	char buf[SBX_STATE_FILE_MAX];
+	size_t len = 0;
+#define ADD(...)                                                                                   \
+	do {                                                                                       \
+		int _n = snprintf(buf + len, sizeof(buf) - len, __VA_ARGS__);                      \
+		if (_n < 0 || (size_t)_n >= sizeof(buf) - len)                                     \
+			return -ENOBUFS;                                                           \
+		len += (size_t)_n;                                                                 \
+	} while (0)
+	ADD("id=%s\n", st->id);
+	ADD("pid=%d\n", (int)st->init_pid);
+	ADD("start=%" PRIu64 "\n", st->init_start);
+	ADD("slot=%" PRIu32 "\n", st->slot);
+	ADD("uid=%" PRIu32 "\n", st->uid);
+	ADD("created=%" PRId64 "\n", st->created);
+	ADD("ephemeral=%d\n", st->ephemeral ? 1 : 0);
+	ADD("memory=%" PRIu64 "\n", st->memory_bytes);
+	ADD("cgroup_v2=%d\n", st->cg.v2 ? 1 : 0);
+	for (int i = 0; i < SBX_CGROUP_CONTROLLERS; i++)
+		if (st->cg.present[i])
+			ADD("cgroup%d=%s\n", i, st->cg.path[i]);
+	ADD("image=%s\n", st->image);
+	ADD("workspace=%s\n", st->workspace);
+#undef ADD
+
+	char tmp[SBX_PATH_MAX], final[SBX_PATH_MAX];
+	if (path_join(tmp, sizeof(tmp), p->dir, "state.tmp") < 0 ||
+	    path_join(final, sizeof(final), p->dir, "state") < 0)
+		return -ENAMETOOLONG;
+	_cleanup_close_ int fd =
+		open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -errno;
+	int r = write_full(fd, buf, len);
+	if (r < 0)
+		return r;
+	if (fsync(fd) < 0)
+		return -errno;
+	if (rename(tmp, final) < 0)
+		return -errno;
+	return 0;
+}
+
+static int copy_value(char *dst, size_t size, const char *v)
+{
+	size_t n = strlen(v);
+	if (n >= size)
+		return -EBADMSG;
+	memcpy(dst, v, n + 1);
+	return 0;
+}
+
+int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_state *ret,
+		   struct al_error *err)
+{
+	struct sbx_paths p;
+	int r = sbx_paths_init(set, id, &p, err);
+	if (r < 0)
+		return r;
+	char path[SBX_PATH_MAX];
+	if (path_join(path, sizeof(path), p.dir, "state") < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+
+	_cleanup_free_ char *text = NULL;
+	size_t len = 0;
+	r = read_file_bounded(AT_FDCWD, path, SBX_STATE_FILE_MAX, &text, &len);
+	if (r == -ENOENT)
+		return al_error_set(err, -ENOENT, "no sandbox with id %s", id);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot read state of sandbox %s", id);
+
+	struct sbx_state st = { .init_pid = 0 };
+	st.cg.dirfd = -1;
+	bool have_pid = false, have_uid = false, have_id = false;
+	char *save = text;
+	for (char *line = save; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		char *eq = strchr(line, '=');
+		if (!eq)
+			goto bad;
+		*eq = '\0';
+		const char *key = line, *val = eq + 1;
+		uint64_t u;
+		if (strcmp(key, "id") == 0) {
+			if (strcmp(val, id) != 0)
+				goto bad;
+			memcpy(st.id, id, SBX_ID_LEN + 1);
+			have_id = true;
+		} else if (strcmp(key, "pid") == 0) {
+			if (parse_u64(val, &u) < 0 || u == 0 || u > INT_MAX)
+				goto bad;
+			st.init_pid = (pid_t)u;
+			have_pid = true;
+		} else if (strcmp(key, "start") == 0) {
+			if (parse_u64(val, &st.init_start) < 0)
+				goto bad;
+		} else if (strcmp(key, "slot") == 0) {
+			if (parse_u64(val, &u) < 0 || u >= set->uid_slots)
+				goto bad;
+			st.slot = (uint32_t)u;
+		} else if (strcmp(key, "uid") == 0) {
+			if (parse_u64(val, &u) < 0 || u == 0 || u > UINT32_MAX - SBX_RANGE)
+				goto bad;
+			st.uid = (uint32_t)u;
+			have_uid = true;
+		} else if (strcmp(key, "created") == 0) {
+			if (parse_u64(val, &u) < 0 || u > INT64_MAX)
+				goto bad;
+			st.created = (int64_t)u;
+		} else if (strcmp(key, "ephemeral") == 0) {
+			st.ephemeral = strcmp(val, "1") == 0;
+		} else if (strcmp(key, "memory") == 0) {
+			if (parse_u64(val, &st.memory_bytes) < 0)
+				goto bad;
+		} else if (strcmp(key, "cgroup_v2") == 0) {
+			st.cg.v2 = strcmp(val, "1") == 0;
+		} else if (strncmp(key, "cgroup", 6) == 0 && key[6] >= '0' &&
+			   key[6] < '0' + SBX_CGROUP_CONTROLLERS && key[7] == '\0') {
+			int i = key[6] - '0';
+			if (copy_value(st.cg.path[i], sizeof(st.cg.path[i]), val) < 0)
+				goto bad;
+			st.cg.present[i] = true;
+		} else if (strcmp(key, "image") == 0) {
+			if (copy_value(st.image, sizeof(st.image), val) < 0)
+				goto bad;
+		} else if (strcmp(key, "workspace") == 0) {
+			if (copy_value(st.workspace, sizeof(st.workspace), val) < 0)
+				goto bad;
+		} else {
+			goto bad;
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	if (!have_id || !have_pid || !have_uid)
+		goto bad;
+	*ret = st;
+	return 0;
+bad:
+	return al_error_set(err, -EBADMSG, "state file of sandbox %s is damaged (run `airlock sandbox gc`)", id);
+}
+
+int sbx_proc_starttime(pid_t pid, uint64_t *ret)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	_cleanup_free_ char *text = NULL;
+	size_t len;
+	int r = read_file_bounded(AT_FDCWD, path, 4096, &text, &len);
+	if (r < 0)
+		return r;
+	/* comm may hold spaces and parentheses: fields start after the last ')'. */
+	char *p = strrchr(text, ')');
+	if (!p)
+		return -EBADMSG;
+	p++;
+	/* starttime is field 22; after ')' we are at field 3. */
+	for (int field = 2; field < 22; field++) {
+		p = strchr(p + 1, ' ');
+		if (!p)
+			return -EBADMSG;
+	}
+	p++;
+	char *end = p;
+	while (*end >= '0' && *end <= '9')
+		end++;
+	*end = '\0';
+	return parse_u64(p, ret);
+}
+
+int sbx_state_pidfd(const struct sbx_state *st)
+{
+	int fd = (int)syscall(SYS_pidfd_open, st->init_pid, 0);
+	if (fd < 0)
+		return -errno;
+	uint64_t start;
+	/* Checked after pidfd_open: the pidfd now pins this exact process. */
+	if (sbx_proc_starttime(st->init_pid, &start) < 0 || start != st->init_start) {
+		close(fd);
+		return -ESRCH;
+	}
+	return fd;
+}
+
+/*
+ * Depth-first removal holding one descriptor per level. A tree deeper than
+ * RM_MAX_DEPTH is flattened first: the deep directory is renamed up to the
+ * top and removed from there, so a hostile tree cannot exhaust descriptors
+ * or the stack.
+ */
+static int rm_children(int topfd, int dfd, unsigned depth, unsigned *moved)
+{
+	_cleanup_close_ int dupfd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+	if (dupfd < 0)
+		return -errno;
+	DIR *d = fdopendir(dupfd);
+	if (!d)
+		return -errno;
+	dupfd = -1;
+	int ret = 0;
+	struct dirent *de;
+	while ((errno = 0, de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		struct stat st;
+		if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno != ENOENT && ret == 0)
+				ret = -errno;
+			continue;
+		}
+		if (!S_ISDIR(st.st_mode)) {
+			if (unlinkat(dfd, de->d_name, 0) < 0 && errno != ENOENT && ret == 0)
+				ret = -errno;
+			continue;
+		}
+		if (depth >= RM_MAX_DEPTH) {
+			char name[64];
+			snprintf(name, sizeof(name), ".airlock-rm-%u", (*moved)++);
+			if (renameat(dfd, de->d_name, topfd, name) < 0 && ret == 0)
+				ret = -errno;
+			continue;
+		}
+		int sub = openat(dfd, de->d_name,
+				 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
+		if (sub < 0 && errno == EPERM)
+			sub = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub < 0) {
+			if (errno != ENOENT && ret == 0)
+				ret = -errno;
+			continue;
+		}
+		int r = rm_children(topfd, sub, depth + 1, moved);
+		close(sub);
+		if (r < 0 && ret == 0)
+			ret = r;
+		if (unlinkat(dfd, de->d_name, AT_REMOVEDIR) < 0 && errno != ENOENT && ret == 0)
+			ret = -errno;
+	}
+	if (errno != 0 && ret == 0)
+		ret = -errno;
+	closedir(d);
+	return ret;
+}
+
+int sbx_rm_rf(const char *path)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISDIR(st.st_mode))
+		return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = 0;
+	/* Each pass removes what it can reach; flattened subtrees need more. */
+	unsigned moved = 0;
+	for (int pass = 0; pass < 1 << 16; pass++) {
+		unsigned before = moved;
+		r = rm_children(fd, fd, 0, &moved);
+		if (moved == before)
+			break;
+	}
+	if (r < 0)
+		return r;
+	if (rmdir(path) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}

@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The supervisor side of one command: stream stdin in and stdout/stderr
+ * out as the command writes them, cap the output, enforce the wall-clock
+ * timeout, and collect the exit status from the status channel.
+ *
+ * Bytes from the sandbox are only copied, never interpreted. Writes to our
+ * own stdout/stderr happen in chunks of at most PIPE_BUF after POLLOUT, so
+ * a slow reader cannot stop the timeout from firing.
+ */
+#include "sandbox/proc.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/fdutil.h"
+
+#define PUMP_CHUNK PIPE_BUF
+
+int sbx_msg_send(int fd, enum sbx_msg_kind kind, int32_t value, const char *text)
+{
+	struct sbx_msg m = { .magic = SBX_MSG_MAGIC, .kind = (uint32_t)kind, .value = value };
+	if (text)
+		snprintf(m.text, sizeof(m.text), "%s", text);
+	return write_full(fd, &m, sizeof(m));
+}
+
+int sbx_msg_recv(int fd, struct sbx_msg *ret)
+{
+	struct sbx_msg m;
+	size_t got = 0;
+	while (got < sizeof(m)) {
+		ssize_t n = read(fd, (char *)&m + got, sizeof(m) - got);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return got == 0 ? -EPIPE : -EBADMSG;
+		got += (size_t)n;
+	}
+	if (m.magic != SBX_MSG_MAGIC || m.kind == 0 || m.kind >= SBX_MSG_KIND_MAX)
+		return -EBADMSG;
+	if (memchr(m.text, '\0', sizeof(m.text)) == NULL)
+		return -EBADMSG;
+	if (m.kind == SBX_MSG_SIGNALED && (m.value <= 0 || m.value >= 65))
+		return -EBADMSG;
+	if (m.kind == SBX_MSG_EXITED && (m.value < 0 || m.value > 255))
+		return -EBADMSG;
+	if (m.kind == SBX_MSG_STARTED && m.value <= 1)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+struct out_stream {
+	int from;   /* read end of the sandbox's pipe, -1 when done */
+	int to;     /* our stdout or stderr */
+	char buf[PUMP_CHUNK];
+	size_t len; /* bytes waiting to be written */
+};
+
+static void kill_pidfd(int pidfd)
+{
+	if (pidfd >= 0)
+		syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+}
+
+int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
+		  struct sbx_stdio *io, const struct sbx_cgroup *cg, struct sbx_result *ret,
+		  struct al_error *err)
+{
+	struct sbx_result res = { .outcome = SBX_EXITED };
+	_cleanup_close_ int started_fd = -1;
+	int target = kill_fd;
+	uint64_t oom_before = sbx_cgroup_oom_kills(cg);
+	uint64_t deadline = opts->timeout_ms ? now_ms() + opts->timeout_ms : 0;
+	bool have_status = false, timed_out = false, truncated_note = false;
+	int interrupted = 0;
+
+	/* Signals that would kill us are turned into events, so the sandbox
+	 * is always torn down. */
+	sigset_t mask, old;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
+	sigaddset(&mask, SIGPIPE);
+	sigprocmask(SIG_BLOCK, &mask, &old);
+	_cleanup_close_ int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+
+	struct out_stream outs[2] = {
+		{ .from = io->out[0], .to = opts->stdout_fd },
+		{ .from = io->err[0], .to = opts->stderr_fd },
+	};
+	io->out[0] = io->err[0] = -1;
+	int in_from = opts->stdin_fd, in_to = io->in[1];
+	io->in[1] = -1;
+	char in_buf[PUMP_CHUNK];
+	size_t in_len = 0;
+	if (in_from < 0)
+		in_to = safe_close(in_to);
+	if (in_to >= 0)
+		fd_set_nonblock(in_to, true);
+
+	int status = status_fd;
+	int r = 0;
+	for (;;) {
+		bool outputs_open = outs[0].from >= 0 || outs[1].from >= 0 || outs[0].len || outs[1].len;
+		if (have_status && !outputs_open)
+			break;
+		if (status < 0 && !outputs_open)
+			break;
+
+		struct pollfd pfd[8];
+		int n = 0, idx_status = -1, idx_sig = -1, idx_in = -1, idx_into = -1;
+		int idx_from[2] = { -1, -1 }, idx_to[2] = { -1, -1 };
+		if (status >= 0) {
+			idx_status = n;
+			pfd[n++] = (struct pollfd){ .fd = status, .events = POLLIN };
+		}
+		if (sfd >= 0) {
+			idx_sig = n;
+			pfd[n++] = (struct pollfd){ .fd = sfd, .events = POLLIN };
+		}
+		for (int s = 0; s < 2; s++) {
+			if (outs[s].len) {
+				idx_to[s] = n;
+				pfd[n++] = (struct pollfd){ .fd = outs[s].to, .events = POLLOUT };
+			} else if (outs[s].from >= 0) {
+				idx_from[s] = n;
+				pfd[n++] = (struct pollfd){ .fd = outs[s].from, .events = POLLIN };
+			}
+		}
+		if (in_to >= 0) {
+			if (in_len) {
+				idx_into = n;
+				pfd[n++] = (struct pollfd){ .fd = in_to, .events = POLLOUT };
+			} else if (in_from >= 0) {
+				idx_in = n;
+				pfd[n++] = (struct pollfd){ .fd = in_from, .events = POLLIN };
+			}
+		}
+
+		int wait = -1;
+		if (deadline && !timed_out) {
+			uint64_t t = now_ms();
+			wait = t >= deadline ? 0 : (int)(deadline - t > INT_MAX ? INT_MAX : deadline - t);
+		}
+		int pr = poll(pfd, (nfds_t)n, wait);
+		if (pr < 0) {
+			if (errno == EINTR)
+				continue;
+			r = al_error_set_errno(err, -errno, "poll");
+			break;
+		}
+		if (deadline && !timed_out && now_ms() >= deadline) {
+			timed_out = true;
+			kill_pidfd(target);
+			kill_pidfd(kill_fd);
+		}
+		if (idx_sig >= 0 && (pfd[idx_sig].revents & POLLIN)) {
+			struct signalfd_siginfo si;
+			while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+				if (si.ssi_signo == SIGPIPE)
+					continue;
+				interrupted = (int)si.ssi_signo;
+				kill_pidfd(target);
+				kill_pidfd(kill_fd);
+			}
+		}
+		for (int s = 0; s < 2; s++) {
+			struct out_stream *o = &outs[s];
+			if (idx_from[s] >= 0 && pfd[idx_from[s]].revents) {
+				ssize_t got = read(o->from, o->buf, sizeof(o->buf));
+				if (got < 0 && (errno == EINTR || errno == EAGAIN))
+					continue;
+				if (got <= 0) {
+					o->from = safe_close(o->from);
+					continue;
+				}
+				uint64_t before = res.output_bytes;
+				res.output_bytes += (uint64_t)got;
+				size_t keep = (size_t)got;
+				if (opts->output_limit && res.output_bytes > opts->output_limit) {
+					res.output_truncated = true;
+					keep = before >= opts->output_limit
+						       ? 0
+						       : (size_t)(opts->output_limit - before);
+				}
+				o->len = keep;
+				if (res.output_truncated && !truncated_note && keep == 0) {
+					truncated_note = true;
+					char note[128];
+					int len = snprintf(note, sizeof(note),
+							   "\n[airlock: output truncated at %" PRIu64
+							   " bytes]\n",
+							   opts->output_limit);
+					(void)write_full(opts->stderr_fd, note, (size_t)len);
+				}
+			}
+			if (idx_to[s] >= 0 && pfd[idx_to[s]].revents) {
+				ssize_t w = write(o->to, o->buf, o->len);
+				if (w < 0 && (errno == EINTR || errno == EAGAIN))
+					continue;
+				if (w <= 0) {
+					/* Our reader went away: discard from now on. */
+					o->len = 0;
+					continue;
+				}
+				memmove(o->buf, o->buf + w, o->len - (size_t)w);
+				o->len -= (size_t)w;
+				if (o->len == 0 && res.output_truncated && !truncated_note) {
+					truncated_note = true;
+					char note[128];
+					int len = snprintf(note, sizeof(note),
+							   "\n[airlock: output truncated at %" PRIu64
+							   " bytes]\n",
+							   opts->output_limit);
+					(void)write_full(opts->stderr_fd, note, (size_t)len);
+				}
+			}
+		}
+		if (idx_in >= 0 && pfd[idx_in].revents) {
+			ssize_t got = read(in_from, in_buf, sizeof(in_buf));
+			if (got < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			if (got <= 0) {
+				in_from = -1;
+				in_to = safe_close(in_to); /* EOF reaches the command */
+			} else {
+				in_len = (size_t)got;
+			}
+		}
+		if (idx_into >= 0 && pfd[idx_into].revents) {
+			ssize_t w = write(in_to, in_buf, in_len);
+			if (w < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			if (w <= 0) {
+				in_to = safe_close(in_to);
+				in_from = -1;
+				in_len = 0;
+			} else {
+				memmove(in_buf, in_buf + w, in_len - (size_t)w);
+				in_len -= (size_t)w;
+			}
+		}
+		if (idx_status >= 0 && pfd[idx_status].revents) {
+			struct sbx_msg m;
+			int mr = sbx_msg_recv(status, &m);
+			if (mr == 0 && m.kind == SBX_MSG_STARTED) {
+				safe_close(started_fd);
+				started_fd = (int)syscall(SYS_pidfd_open, (pid_t)m.value, 0);
+				if (started_fd >= 0)
+					target = started_fd;
+				if (timed_out || interrupted)
+					kill_pidfd(target);
+			} else if (mr == 0 && m.kind == SBX_MSG_EXITED) {
+				res.outcome = SBX_EXITED;
+				res.status = m.value;
+				have_status = true;
+				status = -1;
+			} else if (mr == 0 && m.kind == SBX_MSG_SIGNALED) {
+				res.outcome = SBX_SIGNALED;
+				res.status = m.value;
+				have_status = true;
+				status = -1;
+			} else if (mr == 0 && m.kind == SBX_MSG_ERROR) {
+				r = al_error_set(err, m.value < 0 ? m.value : -EIO, "%s", m.text);
+				status = -1;
+				kill_pidfd(target);
+			} else {
+				/* End of stream without a status: the sandbox died. */
+				status = -1;
+				kill_pidfd(target);
+				kill_pidfd(kill_fd);
+			}
+		}
+	}
+	for (int s = 0; s < 2; s++)
+		safe_close(outs[s].from);
+	safe_close(in_to);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+
+	if (r < 0)
+		return r;
+	if (interrupted)
+		return al_error_set(err, -EINTR, "interrupted by signal %d", interrupted);
+	if (timed_out) {
+		res.outcome = SBX_TIMED_OUT;
+	} else if (sbx_cgroup_oom_kills(cg) > oom_before &&
+		   (!have_status || (res.outcome == SBX_SIGNALED && res.status == SIGKILL))) {
+		res.outcome = SBX_OOM_KILLED;
+	} else if (!have_status) {
+		return al_error_set(err, -ECHILD, "the sandbox ended without reporting a status");
+	}
+	*ret = res;
+	return 0;
+}
