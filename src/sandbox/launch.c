@@ -180,25 +180,16 @@ static int sandbox_userns(uint32_t uid)
 }
 
 /*
- * The workspace's idmap: on disk, the workspace's owner `owner` is the
- * sandbox's root; host root (on disk 0) takes the owner's place; every
- * other id k < 65536 is k inside.
+ * The workspace's idmap: on disk, the workspace's owner is the sandbox's
+ * root; the rest of the sandbox's range keeps its own host ids, exactly as
+ * outside the workspace. Nothing else on disk (host root above all) has a
+ * name inside, so the sandbox can neither act as nor create files of any
+ * other host user.
  */
 static void ws_map(char *out, size_t size, uint32_t base, uint32_t owner)
 {
-	if (owner >= SBX_RANGE) {
-		snprintf(out, size, "%" PRIu32 " %" PRIu32 " 1\n1 %" PRIu32 " %u\n", owner, base,
-			 base + 1, SBX_RANGE - 1);
-		return;
-	}
-	int n = snprintf(out, size, "%" PRIu32 " %" PRIu32 " 1\n0 %" PRIu32 " 1\n", owner, base,
-			 base + owner);
-	if (owner > 1)
-		n += snprintf(out + n, size - (size_t)n, "1 %" PRIu32 " %" PRIu32 "\n", base + 1,
-			      owner - 1);
-	if (owner + 1 < SBX_RANGE)
-		snprintf(out + n, size - (size_t)n, "%" PRIu32 " %" PRIu32 " %" PRIu32 "\n",
-			 owner + 1, base + owner + 1, SBX_RANGE - owner - 1);
+	snprintf(out, size, "%" PRIu32 " %" PRIu32 " 1\n%" PRIu32 " %" PRIu32 " %u\n", owner, base,
+		 base + 1, base + 1, SBX_RANGE - 1);
 }
 
 static int workspace_userns(uint32_t base, uint32_t owner_uid, uint32_t owner_gid)
@@ -724,6 +715,15 @@ static int sandbox_start(const struct sbx_settings *set, const struct sbx_spec *
 		}
 		close(userns_fd);
 		safe_close(ws_userns_fd);
+		if (ephemeral) {
+			/* Die with the supervisor. The credential change above clears
+			 * the parent-death signal, so it is set here, and a supervisor
+			 * that died before is seen as a hang-up on the channel. */
+			prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+			struct pollfd hup = { .fd = st, .events = POLLRDHUP };
+			if (poll(&hup, 1, 0) != 0)
+				_exit(125);
+		}
 		sbx_msg_send(st, SBX_MSG_READY, 0, NULL);
 		if (cmd) {
 			cmd->status_fd = st;
@@ -938,8 +938,6 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 		if (e1 == 0) {
 			/* E1: in the sandbox's pid namespace; its children get one of
 			 * their own, so a kill takes the whole command tree. */
-			prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-			close(alive[0]);
 			if (unshare(CLONE_NEWPID) < 0) {
 				sbx_msg_send(s, SBX_MSG_ERROR, -errno, "cannot create a pid namespace");
 				_exit(125);
@@ -951,6 +949,8 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 					     "cannot enter the sandbox's user namespace");
 				_exit(125);
 			}
+			/* (set after the credential change, which clears it) */
+			prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 			close(pidfd);
 			pid_t e2 = fork();
 			if (e2 < 0) {
@@ -975,6 +975,7 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 				};
 				run_init(&cmd);
 			}
+			close(alive[0]);
 			close_stdio(&io);
 			close(s);
 			int wst;

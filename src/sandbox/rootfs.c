@@ -325,6 +325,10 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
 	if (!S_ISDIR(st.st_mode))
 		return al_error_set(err, -ENOTDIR, "workspace %s is not a directory", spec->workspace);
+	if (st.st_uid >= plan->uid && st.st_uid < plan->uid + SBX_RANGE) {
+		/* Already in this sandbox's own range: shown as it is. */
+		return 0;
+	}
 	if (st.st_uid != 0) {
 		/* Inside, the workspace's owner is root; files the sandbox
 		 * creates belong to that owner on the host. */

@@ -355,6 +355,8 @@ static int rm_children(int topfd, int dfd, unsigned depth, unsigned *moved)
 	if (!d)
 		return -errno;
 	dupfd = -1;
+	/* The duplicate shares its offset with dfd: start from the top. */
+	rewinddir(d);
 	int ret = 0;
 	struct dirent *de;
 	while ((errno = 0, de = readdir(d))) {

@@ -1,0 +1,57 @@
+# airlock: `make demo` and `make test` are the two commands of the quick start.
+# Both install what they need (Debian packages) and build first.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+PYTEST     ?= /usr/bin/python3 -m pytest
+AIRLOCK     = $(BUILD)/src/cli/airlock
+
+.PHONY: all deps build test unit integration asan demo bench clean check-src
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) . >/dev/null
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+# Unit tests, the source check and the fuzz corpora (meson test), then the
+# integration tests; then all of it again built with ASan and UBSan.
+test: build
+	meson test -C $(BUILD) --print-errorlogs
+	AIRLOCK=$(abspath $(AIRLOCK)) $(PYTEST) -q tests/integration
+	$(MAKE) --no-print-directory asan
+
+unit: build
+	meson test -C $(BUILD) --print-errorlogs
+
+integration: build
+	AIRLOCK=$(abspath $(AIRLOCK)) $(PYTEST) -q tests/integration
+
+$(ASAN_BUILD)/build.ninja:
+	CC=clang meson setup $(ASAN_BUILD) . -Db_sanitize=address,undefined -Db_lundef=false \
+		-Dbuildtype=debug >/dev/null
+
+asan: deps $(ASAN_BUILD)/build.ninja
+	ninja -C $(ASAN_BUILD)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		meson test -C $(ASAN_BUILD) --print-errorlogs
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		AIRLOCK=$(abspath $(ASAN_BUILD))/src/cli/airlock $(PYTEST) -q tests/integration
+
+check-src:
+	@scripts/checksrc.sh
+
+demo: build
+	@scripts/demo.sh $(abspath $(AIRLOCK))
+
+bench: build
+	@scripts/deps.sh --bench
+	@bench/run.sh $(abspath $(AIRLOCK))
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,159 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Fixtures for airlock's integration tests.
+
+Every test runs the real `airlock` binary (AIRLOCK=path) as root against a
+private state directory, and checks what the host sees afterwards.
+"""
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TEST_UID = 1000  # owner of test workspaces: an unprivileged host user
+
+
+def airlock_path():
+    p = os.environ.get("AIRLOCK") or str(REPO / "build" / "src" / "cli" / "airlock")
+    if not os.access(p, os.X_OK):
+        pytest.exit(f"airlock binary not found at {p} (set AIRLOCK or run `make build`)", 2)
+    return p
+
+
+@pytest.fixture(scope="session", autouse=True)
+def need_root():
+    if os.geteuid() != 0:
+        pytest.exit("the integration tests create sandboxes and need root", 2)
+
+
+@pytest.fixture(scope="session")
+def state_root():
+    d = tempfile.mkdtemp(prefix="airlock-it-", dir="/var/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+class Airlock:
+    def __init__(self, state_dir, cgroup_parent):
+        self.bin = airlock_path()
+        self.state_dir = state_dir
+        self.env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "AIRLOCK_STATE_DIR": state_dir,
+            "AIRLOCK_CGROUP_PARENT": cgroup_parent,
+        }
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+            if k in os.environ:
+                self.env[k] = os.environ[k]
+
+    def __call__(self, *args, input=None, timeout=60, env=None, check=False, **kw):
+        e = dict(self.env)
+        if env:
+            e.update(env)
+        p = subprocess.run([self.bin, *args], input=input, capture_output=True,
+                           timeout=timeout, env=e, **kw)
+        if check and p.returncode != 0:
+            raise AssertionError(
+                f"airlock {' '.join(args)} exited {p.returncode}\n"
+                f"stdout: {p.stdout[-2000:]!r}\nstderr: {p.stderr[-2000:]!r}")
+        return p
+
+    def sandbox(self, *args, **kw):
+        return self("sandbox", *args, **kw)
+
+    def run(self, *args, **kw):
+        """airlock sandbox run ARGS (ARGS include '--' and the command)."""
+        return self("sandbox", "run", *args, **kw)
+
+    def leftovers(self):
+        """Everything a sandbox may leave on the host, as a list of strings."""
+        out = []
+        for entry in sorted(os.listdir(self.state_dir)) if os.path.isdir(self.state_dir) else []:
+            if entry == "slots":
+                out += [f"slot {s}" for s in os.listdir(os.path.join(self.state_dir, "slots"))]
+            else:
+                out.append(f"state {entry}")
+        parent = self.env["AIRLOCK_CGROUP_PARENT"]
+        for root in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu",
+                     "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+            d = os.path.join(root, parent)
+            if os.path.isdir(d):
+                out += [f"cgroup {d}/{c}" for c in os.listdir(d)
+                        if os.path.isdir(os.path.join(d, c))]
+        with open("/proc/self/mountinfo") as f:
+            out += [f"mount {l.split()[4]}" for l in f if self.state_dir in l]
+        return out
+
+
+@pytest.fixture
+def airlock(state_root, request):
+    name = request.node.name.replace("[", "-").replace("]", "")[:40]
+    d = tempfile.mkdtemp(prefix="s-", dir=state_root)
+    a = Airlock(d, f"airlock-test/{os.getpid()}-{os.path.basename(d)}")
+    yield a
+    # Nothing may survive a test: a leftover is a bug in airlock. (Tests
+    # that leave debris on purpose clean it with `gc` themselves.)
+    left = a.leftovers()
+    a.sandbox("gc")
+    parent = a.env["AIRLOCK_CGROUP_PARENT"]
+    for root in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu",
+                 "/sys/fs/cgroup/unified", "/sys/fs/cgroup"):
+        for d in (os.path.join(root, parent), os.path.join(root, os.path.dirname(parent))):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+    assert left == [], f"sandbox debris left on the host: {left}"
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    """A workspace owned by an unprivileged host user, as a caller's would be."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.chown(ws, TEST_UID, TEST_UID)
+    return ws
+
+
+@pytest.fixture(scope="session")
+def probe(tmp_path_factory):
+    """The syscall probe, compiled once; copied into workspaces by tests."""
+    out = tmp_path_factory.mktemp("probe") / "probe"
+    src = REPO / "tests" / "integration" / "helpers" / "probe.c"
+    subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", str(out), str(src)], check=True)
+    return out
+
+
+def put(ws, name, data, mode=0o644):
+    p = pathlib.Path(ws) / name
+    p.write_bytes(data if isinstance(data, bytes) else data.encode())
+    os.chmod(p, mode)
+    os.chown(p, TEST_UID, TEST_UID)
+    return p
+
+
+def uid_range_processes(base=0x60000000):
+    """Live host processes whose uid is in airlock's sandbox uid ranges.
+
+    Zombies are left out: a destroyed persistent sandbox's init is reaped by
+    the host's init, which some minimal container inits never do."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("State:") and line.split()[1] in ("Z", "X"):
+                        break
+                    if line.startswith("Uid:"):
+                        uid = int(line.split()[1])
+                        if uid >= base:
+                            found.append((int(pid), uid))
+                        break
+        except OSError:
+            pass
+    return found
