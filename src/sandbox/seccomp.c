@@ -182,11 +182,11 @@ int sbx_seccomp_load(void)
 			return r;
 	}
 	{
-		struct scmp_arg_cmp a = SCMP_A0(SCMP_CMP_GE, 17);
+		struct scmp_arg_cmp a = SCMP_A0(SCMP_CMP_GE, 17, 0);
 		r = add_rule_name(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socket", 1, &a);
 		if (r < 0)
 			return r;
-		struct scmp_arg_cmp u = SCMP_A0(SCMP_CMP_GE, AF_UNIX + 1);
+		struct scmp_arg_cmp u = SCMP_A0(SCMP_CMP_GE, AF_UNIX + 1, 0);
 		r = add_rule_name(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socketpair", 1, &u);
 		if (r < 0)
 			return r;

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `make demo`: airlock's sandbox doing its job, step by step, on this machine.
+set -uo pipefail
+AIRLOCK=${1:-build/src/cli/airlock}
+if [ "$(id -u)" -ne 0 ]; then
+	echo "demo: airlock's sandbox needs root; run: sudo make demo" >&2
+	exit 1
+fi
+bold=$(tput bold 2>/dev/null || true); off=$(tput sgr0 2>/dev/null || true)
+step() { printf '\n%s==> %s%s\n' "$bold" "$*" "$off"; }
+show() { printf '$ %s\n' "$*"; "$@"; printf '(exit status %s)\n' "$?"; }
+
+ws=$(mktemp -d /tmp/airlock-demo-XXXXXX)
+chown nobody: "$ws"
+server=""
+cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$ws"; }
+trap cleanup EXIT
+
+step "What this kernel offers"
+"$AIRLOCK" doctor
+
+step "Root inside is an unprivileged range outside; the host's secrets are not there"
+show "$AIRLOCK" sandbox run --workspace "$ws" -- /bin/sh -c \
+	'id; echo "uid map: $(cat /proc/self/uid_map)"; hostname;
+	 ls -l /etc/shadow 2>&1; ls /root /home 2>&1; ps -e -o pid,user,comm'
+
+step "Files made inside belong to the workspace's owner on the host, never to root"
+show "$AIRLOCK" sandbox run --workspace "$ws" -- /bin/sh -c 'echo hello > /workspace/made-inside'
+ls -ln "$ws"
+
+step "The host's loopback services are out of reach (a server listens on 127.0.0.1:8765)"
+python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 &
+server=$!
+sleep 0.5
+echo "from the host: HTTP $(python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8765/").status)')"
+show "$AIRLOCK" sandbox run -- python3 -c \
+	'import urllib.request
+try:
+    urllib.request.urlopen("http://127.0.0.1:8765/", timeout=2); print("REACHED THE HOST")
+except OSError as e:
+    print("from the sandbox:", e)'
+
+step "The kernel's dangerous interfaces are refused (seccomp)"
+show "$AIRLOCK" sandbox run -- python3 -c \
+	'import ctypes, os; libc = ctypes.CDLL(None, use_errno=True)
+for name, nr in (("keyctl", 250), ("bpf", 321), ("unshare(CLONE_NEWUSER)", 272), ("mount", 165)):
+    args = (0x10000000,) if nr == 272 else (0, 0, 0)
+    r = libc.syscall(nr, *args); print(f"{name}: {r} {os.strerror(ctypes.get_errno())}")'
+
+step "Limits: a memory bomb is stopped at --memory 64M (exit 137)"
+show "$AIRLOCK" sandbox run --memory 64M -- python3 -c 'x = [b"x" * (1 << 20) for _ in range(1000)]'
+
+step "A timeout kills the command and everything it started (exit 124)"
+show "$AIRLOCK" sandbox run --timeout 1 -- /bin/sh -c 'sleep 60 & sleep 60'
+
+step "A flood of output is capped (--output-limit 64)"
+show "$AIRLOCK" sandbox run --output-limit 64 -- /bin/sh -c 'yes airlock | head -n 100000'
+
+step "A persistent sandbox keeps what was installed outside /workspace between commands"
+id=$("$AIRLOCK" sandbox create --workspace "$ws")
+echo "created $id"
+show "$AIRLOCK" sandbox exec "$id" -- /bin/sh -c \
+	'printf "#!/bin/sh\necho tool installed in an earlier command\n" > /usr/local/bin/mytool;
+	 chmod +x /usr/local/bin/mytool; echo "set earlier" > /etc/motd'
+show "$AIRLOCK" sandbox exec "$id" -- /bin/sh -c 'mytool; cat /etc/motd'
+echo "on the host: $(ls /usr/local/bin/mytool 2>&1)"
+"$AIRLOCK" sandbox list
+show "$AIRLOCK" sandbox destroy "$id"
+"$AIRLOCK" sandbox list
+
+step "Done. Everything above ran in sandboxes that are gone without a trace."
