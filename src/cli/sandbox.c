@@ -212,6 +212,10 @@ static int report(const struct sbx_result *res)
 	case SBX_TIMED_OUT:
 		log_error("the command timed out and was killed with everything it started");
 		return EXIT_TIMED_OUT;
+	case SBX_INTERRUPTED:
+		log_error("interrupted by signal %d: the command and its sandbox were stopped",
+			  res->status);
+		return 128 + res->status;
 	case SBX_OOM_KILLED:
 		log_error("the command was killed: it reached the sandbox's memory limit");
 		return EXIT_OOM;

@@ -54,6 +54,7 @@ enum sbx_outcome {
 	SBX_SIGNALED,     /* status holds the signal */
 	SBX_TIMED_OUT,
 	SBX_OOM_KILLED,
+	SBX_INTERRUPTED, /* we got status (the signal): the sandbox was torn down */
 };
 
 struct sbx_result {

@@ -303,9 +303,10 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 
 	if (r < 0)
 		return r;
-	if (interrupted)
-		return al_error_set(err, -EINTR, "interrupted by signal %d", interrupted);
-	if (timed_out) {
+	if (interrupted) {
+		res.outcome = SBX_INTERRUPTED;
+		res.status = interrupted;
+	} else if (timed_out) {
 		res.outcome = SBX_TIMED_OUT;
 	} else if (sbx_cgroup_oom_kills(cg) > oom_before &&
 		   (!have_status || (res.outcome == SBX_SIGNALED && res.status == SIGKILL))) {

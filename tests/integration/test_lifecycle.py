@@ -82,6 +82,20 @@ def test_gc_cleans_after_a_crash(airlock):
     assert uid_range_processes() == []
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_run_tears_down(airlock, sig):
+    proc = subprocess.Popen([airlock.bin, "sandbox", "run", "--", "/bin/sh", "-c",
+                             "echo started; sleep 100"], env=airlock.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() == b"started\n"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 128 + sig
+    assert b"interrupted" in err
+    assert airlock.leftovers() == []
+    assert uid_range_processes() == []
+
+
 def test_image_directory(airlock, tmp_path):
     img = tmp_path / "img"
     (img / "bin").mkdir(parents=True)
