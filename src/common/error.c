@@ -15,6 +15,8 @@ static int normalize(int code)
 }
 
 static int vset(struct al_error *err, int code, bool with_errno, const char *fmt,
+		va_list ap) __attribute__((format(printf, 4, 0)));
+static int vset(struct al_error *err, int code, bool with_errno, const char *fmt,
 		va_list ap)
 {
 	code = normalize(code);

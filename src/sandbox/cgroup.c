@@ -374,11 +374,13 @@ static int gc_dir(const char *dir, bool (*alive)(const char *id, void *ud), void
 		int n = snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		if (n < 0 || (size_t)n >= sizeof(path))
 			continue;
-		int r = rmdir_retry(path);
-		if (r == 0)
+		/* A cgroup with processes in it is not debris: the kernel refuses
+		 * to remove it, and it belongs to someone (another state
+		 * directory sharing the parent, say). */
+		if (rmdir(path) == 0)
 			(*removed)++;
-		else if (ret == 0)
-			ret = r;
+		else if (errno != EBUSY && errno != ENOENT && ret == 0)
+			ret = -errno;
 	}
 	closedir(d);
 	return ret;

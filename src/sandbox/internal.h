@@ -36,6 +36,8 @@ struct sbx_state {
 	char id[SBX_ID_LEN + 1];
 	pid_t init_pid;
 	uint64_t init_start; /* /proc/<pid>/stat starttime: guards against pid reuse */
+	pid_t keeper_pid;    /* persistent sandboxes: see exec.c; 0 when none */
+	uint64_t keeper_start;
 	uint32_t slot;
 	uint32_t uid; /* host uid of root inside */
 	int64_t created;
@@ -59,6 +61,8 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 int sbx_proc_starttime(pid_t pid, uint64_t *ret);
 /* Opens a pidfd for st->init_pid if it is still the same process. */
 int sbx_state_pidfd(const struct sbx_state *st);
+/* The same for any (pid, start time) pair. */
+int sbx_pidfd_if_same(pid_t pid, uint64_t start);
 /* Removes a directory tree without following symlinks, whatever its depth. */
 int sbx_rm_rf(const char *path);
 int sbx_lock_dir(const char *dir, bool wait);

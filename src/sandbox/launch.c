@@ -40,6 +40,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -99,7 +100,7 @@ struct clone_args_v2 {
 
 /* fork-like clone3: returns 0 in the child. The child must only make
  * system calls and exec or _exit: libc's cached thread id is stale. */
-static pid_t clone3_fork(uint64_t flags, int *ret_pidfd, int cgroup_fd)
+pid_t sbx_clone3_fork(uint64_t flags, int *ret_pidfd, int cgroup_fd)
 {
 	int pidfd = -1;
 	struct clone_args_v2 args = {
@@ -115,11 +116,6 @@ static pid_t clone3_fork(uint64_t flags, int *ret_pidfd, int cgroup_fd)
 	if (pid > 0)
 		*ret_pidfd = pidfd;
 	return pid;
-}
-
-static int setns_pidfd(int pidfd, int flags)
-{
-	return setns(pidfd, flags) < 0 ? -errno : 0;
 }
 
 /* ---- user namespaces ---- */
@@ -211,7 +207,7 @@ static const int kept_caps[] = {
 	CAP_SYS_PTRACE,
 };
 
-static int drop_caps(void)
+int sbx_drop_caps(void)
 {
 	uint64_t keep = 0;
 	for (size_t i = 0; i < ARRAY_SIZE(kept_caps); i++)
@@ -247,7 +243,7 @@ static int become_sandbox_root(int userns_fd)
 		return -errno;
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
 		return -errno;
-	return drop_caps();
+	return sbx_drop_caps();
 }
 
 static int loopback_up(void)
@@ -267,12 +263,7 @@ static int loopback_up(void)
 
 /* ---- the environment a command sees ---- */
 
-struct env_list {
-	char **v;
-	size_t n, cap;
-};
-
-static void env_list_free(struct env_list *e)
+void sbx_env_free(struct sbx_env *e)
 {
 	for (size_t i = 0; i < e->n; i++)
 		free(e->v[i]);
@@ -282,7 +273,7 @@ static void env_list_free(struct env_list *e)
 }
 
 /* Sets K=V, replacing an earlier K. */
-static int env_list_set(struct env_list *e, const char *kv)
+int sbx_env_set(struct sbx_env *e, const char *kv)
 {
 	const char *eq = strchr(kv, '=');
 	if (!eq || eq == kv)
@@ -313,38 +304,29 @@ static int env_list_set(struct env_list *e, const char *kv)
 	return 0;
 }
 
-static int build_env(struct env_list *e, char *const *spec_env, size_t n_spec,
+int sbx_env_build(struct sbx_env *e, char *const *spec_env, size_t n_spec,
 		     char *const *extra, size_t n_extra)
 {
-	int r = env_list_set(e, "PATH=" DEFAULT_PATH);
+	int r = sbx_env_set(e, "PATH=" DEFAULT_PATH);
 	if (r >= 0)
-		r = env_list_set(e, "HOME=/root");
+		r = sbx_env_set(e, "HOME=/root");
 	const char *term = getenv("TERM");
 	if (r >= 0 && term && strlen(term) < 64 && !strchr(term, '\n')) {
 		char buf[80];
 		snprintf(buf, sizeof(buf), "TERM=%s", term);
-		r = env_list_set(e, buf);
+		r = sbx_env_set(e, buf);
 	}
 	for (size_t i = 0; r >= 0 && i < n_spec; i++)
-		r = env_list_set(e, spec_env[i]);
+		r = sbx_env_set(e, spec_env[i]);
 	for (size_t i = 0; r >= 0 && i < n_extra; i++)
-		r = env_list_set(e, extra[i]);
+		r = sbx_env_set(e, extra[i]);
 	return r;
 }
 
 /* ---- the command ---- */
 
-struct command {
-	char *const *argv;
-	char **envp;
-	const char *cwd;
-	uint64_t pids;
-	struct sbx_stdio *io;
-	int status_fd;
-};
-
 /* In the child that becomes the command. Never returns. */
-static void __attribute__((noreturn)) exec_command(const struct command *c)
+static void __attribute__((noreturn)) exec_command(const struct sbx_command *c)
 {
 	int fds[3] = { c->io->in[0], c->io->out[1], c->io->err[1] };
 	for (int i = 0; i < 3; i++) {
@@ -390,8 +372,14 @@ static void __attribute__((noreturn)) exec_command(const struct command *c)
  * pid 1 of a pid namespace: start the command (if any), reap everything,
  * report the command's status. With no command, wait until killed.
  */
-static void __attribute__((noreturn)) run_init(const struct command *c)
+void sbx_run_init(const struct sbx_command *c)
 {
+	/* SIGCHLD is taken synchronously: orphans reparented to us later (an
+	 * exec helper's, say) are reaped as they come. */
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
 	pid_t child = -1;
 	if (c && c->argv) {
 		child = fork();
@@ -414,27 +402,25 @@ static void __attribute__((noreturn)) run_init(const struct command *c)
 	}
 	for (;;) {
 		int st;
-		pid_t p = waitpid(-1, &st, 0);
-		if (p < 0) {
-			if (errno == EINTR)
-				continue;
-			if (child < 0) {
-				pause();
-				continue;
-			}
-			_exit(0);
-		}
-		if (p == child) {
+		pid_t p = waitpid(-1, &st, WNOHANG);
+		if (p < 0 && errno == EINTR)
+			continue;
+		if (p == child && child > 0) {
 			if (WIFEXITED(st))
 				sbx_msg_send(c->status_fd, SBX_MSG_EXITED, WEXITSTATUS(st), NULL);
 			else
 				sbx_msg_send(c->status_fd, SBX_MSG_SIGNALED, WTERMSIG(st), NULL);
 			_exit(0);
 		}
+		if (p > 0)
+			continue;
+		siginfo_t si;
+		while (sigwaitinfo(&chld, &si) < 0 && errno == EINTR)
+			;
 	}
 }
 
-static int make_stdio(struct sbx_stdio *io)
+int sbx_stdio_make(struct sbx_stdio *io)
 {
 	for (int i = 0; i < 2; i++)
 		io->in[i] = io->out[i] = io->err[i] = -1;
@@ -444,7 +430,7 @@ static int make_stdio(struct sbx_stdio *io)
 	return 0;
 }
 
-static void close_stdio(struct sbx_stdio *io)
+void sbx_stdio_close(struct sbx_stdio *io)
 {
 	for (int i = 0; i < 2; i++) {
 		io->in[i] = safe_close(io->in[i]);
@@ -454,7 +440,7 @@ static void close_stdio(struct sbx_stdio *io)
 }
 
 /* The command-side ends stay with the child; the supervisor keeps its own. */
-static void close_child_ends(struct sbx_stdio *io)
+void sbx_stdio_close_child_ends(struct sbx_stdio *io)
 {
 	io->in[0] = safe_close(io->in[0]);
 	io->out[1] = safe_close(io->out[1]);
@@ -470,11 +456,32 @@ struct sandbox {
 	bool slot_claimed, cgroup_made, dir_made;
 	int lock_fd;
 	int init_pidfd;
+	int keeper_pidfd;
 	int status_fd; /* supervisor's end of the status channel */
 };
 
+static void kill_and_reap(int *pidfd)
+{
+	if (*pidfd < 0)
+		return;
+	syscall(SYS_pidfd_send_signal, *pidfd, SIGKILL, NULL, 0);
+	siginfo_t si;
+	while (waitid(P_PIDFD, (id_t)*pidfd, &si, WEXITED) < 0 && errno == EINTR)
+		;
+	*pidfd = safe_close(*pidfd);
+}
+
 static void sandbox_teardown(const struct sbx_settings *set, struct sandbox *sb)
 {
+	kill_and_reap(&sb->keeper_pidfd);
+	if (sb->init_pidfd >= 0 && sb->state.keeper_pid > 0) {
+		/* The keeper's child: killing it is enough; the keeper reaps it. */
+		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
+		struct pollfd pf = { .fd = sb->init_pidfd, .events = POLLIN };
+		while (poll(&pf, 1, 10000) < 0 && errno == EINTR)
+			;
+		sb->init_pidfd = safe_close(sb->init_pidfd);
+	}
 	if (sb->init_pidfd >= 0) {
 		syscall(SYS_pidfd_send_signal, sb->init_pidfd, SIGKILL, NULL, 0);
 		/* Reap: the namespaces die with their init; the cgroup empties. */
@@ -547,7 +554,7 @@ static int write_env_file(const struct sbx_paths *p, const struct sbx_spec *spec
 	return 0;
 }
 
-static int read_env_file(const struct sbx_paths *p, struct env_list *e)
+int sbx_env_read_file(const struct sbx_paths *p, struct sbx_env *e)
 {
 	char path[SBX_PATH_MAX + 8];
 	snprintf(path, sizeof(path), "%s/env", p->dir);
@@ -563,11 +570,317 @@ static int read_env_file(const struct sbx_paths *p, struct env_list *e)
 		size_t n = strnlen(kv, len - off);
 		if (off + n >= len)
 			return -EBADMSG;
-		r = env_list_set(e, kv);
+		r = sbx_env_set(e, kv);
 		if (r < 0)
 			return r;
 		off += n + 1;
 	}
+	return 0;
+}
+
+/* What the sandbox's init needs; everything was prepared on the host. */
+struct init_args {
+	const struct sbx_spec *spec;
+	const struct sbx_rootfs_plan *plan;
+	int userns_fd, ws_userns_fd;
+	bool ephemeral;
+	struct sbx_command *cmd;
+};
+
+static void __attribute__((noreturn)) init_fail(int st, int r, const char *what)
+{
+	sbx_msg_send(st, SBX_MSG_ERROR, r < 0 ? r : -EIO, what);
+	_exit(125);
+}
+
+/*
+ * The sandbox's init, from its first instruction: still host root, in the
+ * new namespaces. st is its end of the status channel, go_fd is read once
+ * before anything of the sandbox's runs (the cgroup placement is done then).
+ */
+static void __attribute__((noreturn)) init_main(const struct init_args *a, int st, int go_fd,
+						bool need_cgroupns)
+{
+	if (a->ephemeral)
+		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	/* (Also lowers oom_score_adj_min: nothing inside may make itself
+	 * unkillable by the OOM killer.) */
+	(void)write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "0");
+	const char *host = a->spec->hostname ? a->spec->hostname : "airlock";
+	if (sethostname(host, strlen(host)) < 0 || setdomainname("", 0) < 0)
+		init_fail(st, -errno, "cannot set the hostname");
+	int r = loopback_up();
+	if (r < 0)
+		init_fail(st, r, "cannot bring up loopback");
+	/* Ports below 1024 for the sandbox's own servers. */
+	(void)write_file_at(AT_FDCWD, "/proc/sys/net/ipv4/ip_unprivileged_port_start", "0");
+	struct al_error e = { 0 };
+	r = sbx_rootfs_mount(a->plan, a->userns_fd, a->ws_userns_fd, &e);
+	if (r < 0)
+		init_fail(st, r, al_error_message(&e));
+	char c;
+	ssize_t n;
+	while ((n = read(go_fd, &c, 1)) < 0 && errno == EINTR)
+		;
+	if (n != 1)
+		_exit(125);
+	close(go_fd);
+	if (need_cgroupns && unshare(CLONE_NEWCGROUP) < 0)
+		init_fail(st, -errno, "cannot create the cgroup namespace");
+	r = become_sandbox_root(a->userns_fd);
+	if (r < 0)
+		init_fail(st, r, "cannot enter the user namespace");
+	close(a->userns_fd);
+	safe_close(a->ws_userns_fd);
+	if (a->ephemeral) {
+		/* Die with the supervisor. The credential change above clears
+		 * the parent-death signal, so it is set here, and a supervisor
+		 * that died before is seen as a hang-up on the channel. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+		struct pollfd hup = { .fd = st, .events = POLLRDHUP };
+		if (poll(&hup, 1, 0) != 0)
+			_exit(125);
+	}
+	sbx_msg_send(st, SBX_MSG_READY, 0, NULL);
+	if (a->cmd) {
+		a->cmd->status_fd = st;
+		sbx_run_init(a->cmd);
+	}
+	/* Keep nothing of the host's. */
+	syscall(SYS_close_range, 3, ~0U, 0);
+	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (devnull >= 0) {
+		dup2(devnull, 0);
+		dup2(devnull, 1);
+		dup2(devnull, 2);
+	}
+	setsid();
+	sbx_run_init(NULL);
+}
+
+/*
+ * Clones the init. In the caller: *ret_chan is the status channel,
+ * *ret_go the pipe to write one byte to once the cgroup placement is done.
+ */
+static pid_t spawn_init(const struct init_args *a, bool into_cgroup_v2, int cgroup_fd,
+			bool in_cgroup_already, int *ret_pidfd, int *ret_chan, int *ret_go)
+{
+	int chan[2], go[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) < 0)
+		return -errno;
+	if (pipe2(go, O_CLOEXEC) < 0) {
+		int r = -errno;
+		close(chan[0]);
+		close(chan[1]);
+		return r;
+	}
+	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC;
+	/* Already in the cgroup at birth: its namespace can come with the clone. */
+	if (into_cgroup_v2 || in_cgroup_already)
+		flags |= CLONE_NEWCGROUP;
+	int pidfd = -1;
+	pid_t pid = sbx_clone3_fork(flags, &pidfd, into_cgroup_v2 ? cgroup_fd : -1);
+	if (pid < 0) {
+		int r = -errno;
+		close(chan[0]);
+		close(chan[1]);
+		close(go[0]);
+		close(go[1]);
+		return r;
+	}
+	if (pid == 0) {
+		close(chan[0]);
+		close(go[1]);
+		init_main(a, chan[1], go[0], !(flags & CLONE_NEWCGROUP));
+	}
+	close(chan[1]);
+	close(go[0]);
+	*ret_pidfd = pidfd;
+	*ret_chan = chan[0];
+	*ret_go = go[1];
+	return pid;
+}
+
+static int recv_ready(int chan, struct al_error *err)
+{
+	struct sbx_msg m;
+	int r = sbx_msg_recv(chan, &m);
+	if (r < 0)
+		return al_error_set(err, -EIO, "the sandbox died during setup");
+	if (m.kind == SBX_MSG_ERROR)
+		return al_error_set(err, m.value < 0 ? m.value : -EIO, "sandbox setup failed: %s",
+				    m.text);
+	if (m.kind != SBX_MSG_READY)
+		return al_error_set(err, -EBADMSG, "unexpected message from the sandbox");
+	return 0;
+}
+
+/* `run`: we are the init's parent and supervise its one command. */
+static int start_ephemeral(const struct init_args *a, struct sandbox *sb, struct al_error *err)
+{
+	int go = -1;
+	bool v2 = sb->state.cg.v2;
+	pid_t pid = spawn_init(a, v2, sb->state.cg.dirfd, false, &sb->init_pidfd, &sb->status_fd,
+			       &go);
+	if (pid < 0)
+		return al_error_set_errno(err, pid, "cannot create the sandbox's namespaces");
+	sb->state.init_pid = pid;
+	int r = 0;
+	/* cgroup v1: placed by pid. This waits for an RCU grace period, so it
+	 * runs while the init is busy mounting. */
+	if (!v2)
+		r = sbx_cgroup_attach(&sb->state.cg, pid);
+	if (r < 0) {
+		close(go);
+		return al_error_set_errno(err, r, "cannot place the sandbox in its cgroup");
+	}
+	if (write(go, "g", 1) != 1)
+		r = -errno;
+	close(go);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot start the sandbox");
+	if (a->cmd)
+		sbx_stdio_close_child_ends(a->cmd->io);
+	r = recv_ready(sb->status_fd, err);
+	if (r < 0)
+		return r;
+	r = sbx_proc_starttime(pid, &sb->state.init_start);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot read the sandbox's start time");
+	r = sbx_state_write(&sb->paths, &sb->state);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot record the sandbox's state");
+	return 0;
+}
+
+/*
+ * `create`: a keeper process (host root, in the sandbox's cgroup) becomes
+ * the init's parent and stays, so that every later `exec` is forked from
+ * inside the cgroup (no migration, and on cgroup v1 no grace period) and
+ * the init is reaped when it dies.
+ */
+static int start_persistent(const struct init_args *a, struct sandbox *sb, struct al_error *err)
+{
+	char path[SBX_PATH_MAX];
+	int r = sbx_control_path(&sb->paths, path, sizeof(path));
+	if (r < 0)
+		return al_error_set(err, r, "state directory path too long");
+	_cleanup_close_ int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0)
+		return al_error_set_errno(err, -errno, "socket");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return al_error_set(err, -ENAMETOOLONG,
+				    "state directory path too long for a socket: %s", path);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	mode_t old = umask(0077);
+	r = bind(lfd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (r < 0 || listen(lfd, 16) < 0)
+		return al_error_set_errno(err, -errno, "cannot listen on %s", path);
+
+	int rep[2], kgo[2];
+	if (pipe2(rep, O_CLOEXEC) < 0)
+		return al_error_set_errno(err, -errno, "pipe");
+	if (pipe2(kgo, O_CLOEXEC) < 0) {
+		r = -errno;
+		close(rep[0]);
+		close(rep[1]);
+		return al_error_set_errno(err, r, "pipe");
+	}
+	bool v2 = sb->state.cg.v2;
+	int kpidfd = -1;
+	pid_t kpid = sbx_clone3_fork(0, &kpidfd, v2 ? sb->state.cg.dirfd : -1);
+	if (kpid < 0) {
+		r = -errno;
+		close(rep[0]);
+		close(rep[1]);
+		close(kgo[0]);
+		close(kgo[1]);
+		return al_error_set_errno(err, r, "cannot start the sandbox's keeper");
+	}
+	if (kpid == 0) {
+		/* K */
+		close(rep[0]);
+		close(kgo[1]);
+		char c;
+		ssize_t n;
+		while ((n = read(kgo[0], &c, 1)) < 0 && errno == EINTR)
+			;
+		if (n != 1)
+			_exit(125);
+		close(kgo[0]);
+		/* Nothing of the supervisor's stays open here: above all not the
+		 * sandbox's lock, which would then be held for the keeper's life. */
+		int keep[] = { 0, 1, 2, lfd, rep[1], a->userns_fd, a->ws_userns_fd };
+		if (close_all_fds_except(keep, ARRAY_SIZE(keep)) < 0)
+			_exit(125);
+		setsid();
+		/* The keeper must outlive any memory pressure inside. */
+		(void)write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "-1000");
+		int ipidfd = -1, chan = -1, go = -1;
+		pid_t ipid = spawn_init(a, false, -1, true, &ipidfd, &chan, &go);
+		if (ipid < 0) {
+			sbx_msg_send(rep[1], SBX_MSG_ERROR, ipid, "cannot create the sandbox's namespaces");
+			_exit(125);
+		}
+		if (write(go, "g", 1) != 1)
+			_exit(125);
+		close(go);
+		struct al_error e = { 0 };
+		if (recv_ready(chan, &e) < 0) {
+			sbx_msg_send(rep[1], SBX_MSG_ERROR, e.code, al_error_message(&e));
+			_exit(125);
+		}
+		close(chan);
+		sbx_msg_send(rep[1], SBX_MSG_STARTED, ipid, NULL);
+		close(rep[1]);
+		int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (devnull >= 0) {
+			dup2(devnull, 0);
+			dup2(devnull, 1);
+			dup2(devnull, 2);
+		}
+		sbx_keeper_main(lfd, ipidfd, ipid);
+	}
+	close(rep[1]);
+	close(kgo[0]);
+	sb->keeper_pidfd = kpidfd;
+	sb->state.keeper_pid = kpid;
+	r = 0;
+	if (!v2)
+		r = sbx_cgroup_attach(&sb->state.cg, kpid);
+	if (r >= 0 && write(kgo[1], "g", 1) != 1)
+		r = -errno;
+	close(kgo[1]);
+	struct sbx_msg m;
+	if (r >= 0) {
+		r = sbx_msg_recv(rep[0], &m);
+		if (r < 0)
+			r = al_error_set(err, -EIO, "the sandbox died during setup");
+		else if (m.kind == SBX_MSG_ERROR)
+			r = al_error_set(err, m.value < 0 ? m.value : -EIO, "sandbox setup failed: %s",
+					 m.text);
+		else if (m.kind != SBX_MSG_STARTED)
+			r = al_error_set(err, -EBADMSG, "unexpected message from the keeper");
+	} else {
+		al_error_set_errno(err, r, "cannot place the sandbox in its cgroup");
+	}
+	close(rep[0]);
+	if (r < 0)
+		return r;
+	sb->state.init_pid = (pid_t)m.value;
+	sb->init_pidfd = (int)syscall(SYS_pidfd_open, sb->state.init_pid, 0);
+	if (sb->init_pidfd < 0)
+		return al_error_set_errno(err, -errno, "the sandbox died during setup");
+	r = sbx_proc_starttime(sb->state.init_pid, &sb->state.init_start);
+	if (r >= 0)
+		r = sbx_proc_starttime(kpid, &sb->state.keeper_start);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot read the sandbox's start time");
+	r = sbx_state_write(&sb->paths, &sb->state);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot record the sandbox's state");
 	return 0;
 }
 
@@ -576,7 +889,7 @@ static int read_env_file(const struct sbx_paths *p, struct env_list *e)
  * the command (the `run` case) and io/status carry its streams.
  */
 static int sandbox_start(const struct sbx_settings *set, const struct sbx_spec *spec,
-			 bool ephemeral, struct command *cmd, struct sandbox *sb,
+			 bool ephemeral, struct sbx_command *cmd, struct sandbox *sb,
 			 struct al_error *err)
 {
 	int r = validate_spec(set, spec, err);
@@ -649,142 +962,23 @@ static int sandbox_start(const struct sbx_settings *set, const struct sbx_spec *
 						  "cannot create the workspace id mapping");
 	}
 
-	int chan[2], go[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) < 0)
-		return al_error_set_errno(err, -errno, "socketpair");
-	if (pipe2(go, O_CLOEXEC) < 0) {
-		close(chan[0]);
-		close(chan[1]);
-		return al_error_set_errno(err, -errno, "pipe");
-	}
-
-	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC;
-	if (sb->state.cg.v2)
-		flags |= CLONE_NEWCGROUP;
-	int pidfd = -1;
-	pid_t pid = clone3_fork(flags, &pidfd, sb->state.cg.v2 ? sb->state.cg.dirfd : -1);
-	if (pid < 0) {
-		r = -errno;
-		close(chan[0]);
-		close(chan[1]);
-		close(go[0]);
-		close(go[1]);
-		return al_error_set_errno(err, r, "cannot create the sandbox's namespaces");
-	}
-	if (pid == 0) {
-		/* I: the sandbox's init, still host root. */
-		close(chan[0]);
-		close(go[1]);
-		int st = chan[1];
-		if (ephemeral)
-			prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		struct al_error e = { 0 };
-		const char *host = spec->hostname ? spec->hostname : "airlock";
-		if (sethostname(host, strlen(host)) < 0 || setdomainname("", 0) < 0) {
-			sbx_msg_send(st, SBX_MSG_ERROR, -errno, "cannot set the hostname");
-			_exit(125);
-		}
-		int rr = loopback_up();
-		if (rr < 0) {
-			sbx_msg_send(st, SBX_MSG_ERROR, rr, "cannot bring up loopback");
-			_exit(125);
-		}
-		/* Ports below 1024 for the sandbox's own servers. */
-		(void)write_file_at(AT_FDCWD, "/proc/sys/net/ipv4/ip_unprivileged_port_start", "0");
-		rr = sbx_rootfs_mount(plan, userns_fd, ws_userns_fd, &e);
-		if (rr < 0) {
-			sbx_msg_send(st, SBX_MSG_ERROR, rr, al_error_message(&e));
-			_exit(125);
-		}
-		/* Wait until the supervisor has placed us in the cgroup. */
-		char c;
-		ssize_t n;
-		while ((n = read(go[0], &c, 1)) < 0 && errno == EINTR)
-			;
-		if (n != 1)
-			_exit(125);
-		close(go[0]);
-		if (!(flags & CLONE_NEWCGROUP) && unshare(CLONE_NEWCGROUP) < 0) {
-			sbx_msg_send(st, SBX_MSG_ERROR, -errno, "cannot create the cgroup namespace");
-			_exit(125);
-		}
-		rr = become_sandbox_root(userns_fd);
-		if (rr < 0) {
-			sbx_msg_send(st, SBX_MSG_ERROR, rr, "cannot enter the user namespace");
-			_exit(125);
-		}
-		close(userns_fd);
-		safe_close(ws_userns_fd);
-		if (ephemeral) {
-			/* Die with the supervisor. The credential change above clears
-			 * the parent-death signal, so it is set here, and a supervisor
-			 * that died before is seen as a hang-up on the channel. */
-			prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-			struct pollfd hup = { .fd = st, .events = POLLRDHUP };
-			if (poll(&hup, 1, 0) != 0)
-				_exit(125);
-		}
-		sbx_msg_send(st, SBX_MSG_READY, 0, NULL);
-		if (cmd) {
-			cmd->status_fd = st;
-			run_init(cmd);
-		}
-		/* Keep nothing of the host's. */
-		syscall(SYS_close_range, 3, ~0U, 0);
-		int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-		if (devnull >= 0) {
-			dup2(devnull, 0);
-			dup2(devnull, 1);
-			dup2(devnull, 2);
-		}
-		setsid();
-		run_init(NULL);
-	}
-
-	/* P */
-	close(chan[1]);
-	close(go[0]);
-	sb->init_pidfd = pidfd;
-	sb->status_fd = chan[0];
-	sb->state.init_pid = pid;
-	if (!sb->state.cg.v2) {
-		r = sbx_cgroup_attach(&sb->state.cg, pid);
-		if (r < 0) {
-			close(go[1]);
-			return al_error_set_errno(err, r, "cannot place the sandbox in its cgroup");
-		}
-	}
-	if (write(go[1], "g", 1) != 1) {
-		r = -errno;
-		close(go[1]);
-		return al_error_set_errno(err, r, "cannot start the sandbox");
-	}
-	close(go[1]);
-	if (cmd)
-		close_child_ends(cmd->io);
-
-	struct sbx_msg m;
-	r = sbx_msg_recv(sb->status_fd, &m);
-	if (r < 0)
-		return al_error_set(err, -EIO, "the sandbox died during setup");
-	if (m.kind == SBX_MSG_ERROR)
-		return al_error_set(err, m.value < 0 ? m.value : -EIO, "sandbox setup failed: %s",
-				    m.text);
-	if (m.kind != SBX_MSG_READY)
-		return al_error_set(err, -EBADMSG, "unexpected message from the sandbox");
-	r = sbx_proc_starttime(pid, &sb->state.init_start);
-	if (r < 0)
-		return al_error_set_errno(err, r, "cannot read the sandbox's start time");
-	r = sbx_state_write(&sb->paths, &sb->state);
-	if (r < 0)
-		return al_error_set_errno(err, r, "cannot record the sandbox's state");
-	return 0;
+	struct init_args ia = {
+		.spec = spec,
+		.plan = plan,
+		.userns_fd = userns_fd,
+		.ws_userns_fd = ws_userns_fd,
+		.ephemeral = ephemeral,
+		.cmd = cmd,
+	};
+	if (ephemeral)
+		return start_ephemeral(&ia, sb, err);
+	return start_persistent(&ia, sb, err);
 }
 
 static void sandbox_init_struct(struct sandbox *sb)
 {
 	memset(sb, 0, sizeof(*sb));
-	sb->lock_fd = sb->init_pidfd = sb->status_fd = -1;
+	sb->lock_fd = sb->init_pidfd = sb->status_fd = sb->keeper_pidfd = -1;
 	sb->state.cg.dirfd = -1;
 }
 
@@ -793,20 +987,20 @@ int sbx_run(const struct sbx_settings *set, const struct sbx_spec *spec, char *c
 {
 	struct sandbox sb;
 	sandbox_init_struct(&sb);
-	struct env_list env = { 0 };
+	struct sbx_env env = { 0 };
 	struct sbx_stdio io;
-	int r = make_stdio(&io);
+	int r = sbx_stdio_make(&io);
 	if (r < 0) {
-		close_stdio(&io);
+		sbx_stdio_close(&io);
 		return al_error_set_errno(err, r, "pipe");
 	}
-	r = build_env(&env, spec->env, spec->n_env, opts->env, opts->n_env);
+	r = sbx_env_build(&env, spec->env, spec->n_env, opts->env, opts->n_env);
 	if (r < 0) {
-		close_stdio(&io);
-		env_list_free(&env);
+		sbx_stdio_close(&io);
+		sbx_env_free(&env);
 		return al_error_set_errno(err, r, "environment");
 	}
-	struct command cmd = {
+	struct sbx_command cmd = {
 		.argv = argv,
 		.envp = env.v,
 		.cwd = opts->cwd ? opts->cwd : "/workspace",
@@ -821,8 +1015,8 @@ int sbx_run(const struct sbx_settings *set, const struct sbx_spec *spec, char *c
 		if (r >= 0)
 			*ret = res;
 	}
-	close_stdio(&io);
-	env_list_free(&env);
+	sbx_stdio_close(&io);
+	sbx_env_free(&env);
 	sandbox_teardown(set, &sb);
 	return r;
 }
@@ -841,189 +1035,11 @@ int sbx_create(const struct sbx_settings *set, const struct sbx_spec *spec, char
 	/* The sandbox lives on without us: its init is reaped by the host's
 	 * init (or a subreaper) once destroyed. */
 	sb.init_pidfd = safe_close(sb.init_pidfd);
+	sb.keeper_pidfd = safe_close(sb.keeper_pidfd);
 	sb.status_fd = safe_close(sb.status_fd);
 	sb.lock_fd = safe_close(sb.lock_fd);
 	sbx_cgroup_close(&sb.state.cg);
 	return 0;
-}
-
-/* ---- exec ---- */
-
-int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
-	     const struct sbx_exec_opts *opts, struct sbx_result *ret, struct al_error *err)
-{
-	if (geteuid() != 0)
-		return al_error_set(err, -EPERM, "airlock sandbox needs root");
-	struct sbx_state st;
-	int r = sbx_state_read(set, id, &st, err);
-	if (r < 0)
-		return r;
-	struct sbx_paths paths;
-	r = sbx_paths_init(set, id, &paths, err);
-	if (r < 0)
-		return r;
-	_cleanup_close_ int pidfd = sbx_state_pidfd(&st);
-	if (pidfd < 0)
-		return al_error_set(err, -ESRCH, "sandbox %s is not running (destroy it or run "
-				    "`airlock sandbox gc`)", id);
-	r = sbx_cgroup_reopen(&st.cg);
-	if (r < 0)
-		return al_error_set_errno(err, r, "cannot open the sandbox's cgroup");
-
-	struct env_list env = { 0 };
-	struct env_list base = { 0 };
-	r = read_env_file(&paths, &base);
-	if (r >= 0)
-		r = build_env(&env, base.v, base.n, opts->env, opts->n_env);
-	env_list_free(&base);
-	if (r < 0) {
-		env_list_free(&env);
-		sbx_cgroup_close(&st.cg);
-		return al_error_set_errno(err, r, "environment");
-	}
-
-	struct sbx_stdio io;
-	int chan[2] = { -1, -1 }, go[2] = { -1, -1 };
-	r = make_stdio(&io);
-	if (r >= 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) < 0)
-		r = -errno;
-	if (r >= 0 && pipe2(go, O_CLOEXEC) < 0)
-		r = -errno;
-	int helper_pidfd = -1;
-	pid_t pid = -1;
-	if (r >= 0) {
-		pid = clone3_fork(0, &helper_pidfd, st.cg.v2 ? st.cg.dirfd : -1);
-		if (pid < 0)
-			r = -errno;
-	}
-	if (r < 0) {
-		close_stdio(&io);
-		safe_close(chan[0]);
-		safe_close(chan[1]);
-		safe_close(go[0]);
-		safe_close(go[1]);
-		env_list_free(&env);
-		sbx_cgroup_close(&st.cg);
-		return al_error_set_errno(err, r, "cannot start the command");
-	}
-	if (pid == 0) {
-		/* E: host root, entering the sandbox. */
-		close(chan[0]);
-		close(go[1]);
-		int s = chan[1];
-		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		char c;
-		ssize_t n;
-		while ((n = read(go[0], &c, 1)) < 0 && errno == EINTR)
-			;
-		if (n != 1)
-			_exit(125);
-		close(go[0]);
-		int rr = setns_pidfd(pidfd, CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC |
-						    CLONE_NEWCGROUP | CLONE_NEWPID);
-		if (rr < 0) {
-			sbx_msg_send(s, SBX_MSG_ERROR, rr, "cannot enter the sandbox's namespaces");
-			_exit(125);
-		}
-		/* A pipe whose write end only E1 holds: E2 sees E1's death as
-		 * POLLHUP even if E1 died before E2 could ask for SIGKILL. */
-		int alive[2];
-		if (pipe2(alive, O_CLOEXEC) < 0)
-			_exit(125);
-		pid_t e1 = fork();
-		if (e1 < 0) {
-			sbx_msg_send(s, SBX_MSG_ERROR, -errno, "fork");
-			_exit(125);
-		}
-		if (e1 == 0) {
-			/* E1: in the sandbox's pid namespace; its children get one of
-			 * their own, so a kill takes the whole command tree. */
-			if (unshare(CLONE_NEWPID) < 0) {
-				sbx_msg_send(s, SBX_MSG_ERROR, -errno, "cannot create a pid namespace");
-				_exit(125);
-			}
-			if (setns(pidfd, CLONE_NEWUSER) < 0 || setgroups(0, NULL) < 0 ||
-			    setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 ||
-			    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || drop_caps() < 0) {
-				sbx_msg_send(s, SBX_MSG_ERROR, -errno,
-					     "cannot enter the sandbox's user namespace");
-				_exit(125);
-			}
-			/* (set after the credential change, which clears it) */
-			prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-			close(pidfd);
-			pid_t e2 = fork();
-			if (e2 < 0) {
-				sbx_msg_send(s, SBX_MSG_ERROR, -errno, "fork");
-				_exit(125);
-			}
-			if (e2 == 0) {
-				/* E2: pid 1 of the command's own pid namespace. */
-				prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-				close(alive[1]);
-				struct pollfd pa = { .fd = alive[0], .events = POLLIN };
-				if (poll(&pa, 1, 0) != 0)
-					_exit(125);
-				close(alive[0]);
-				struct command cmd = {
-					.argv = argv,
-					.envp = env.v,
-					.cwd = opts->cwd ? opts->cwd : "/workspace",
-					.pids = 0,
-					.io = &io,
-					.status_fd = s,
-				};
-				run_init(&cmd);
-			}
-			close(alive[0]);
-			close_stdio(&io);
-			close(s);
-			int wst;
-			while (waitpid(e2, &wst, 0) < 0 && errno == EINTR)
-				;
-			_exit(0);
-		}
-		close(alive[0]);
-		close(alive[1]);
-		sbx_msg_send(s, SBX_MSG_STARTED, e1, NULL);
-		close_stdio(&io);
-		close(s);
-		int wst;
-		while (waitpid(e1, &wst, 0) < 0 && errno == EINTR)
-			;
-		_exit(0);
-	}
-
-	/* P */
-	close(chan[1]);
-	close(go[0]);
-	if (!st.cg.v2) {
-		r = sbx_cgroup_attach(&st.cg, pid);
-		if (r < 0) {
-			syscall(SYS_pidfd_send_signal, helper_pidfd, SIGKILL, NULL, 0);
-			al_error_set_errno(err, r, "cannot place the command in the sandbox's cgroup");
-		}
-	}
-	if (r >= 0 && write(go[1], "g", 1) != 1)
-		r = al_error_set_errno(err, -errno, "cannot start the command");
-	close(go[1]);
-	close_child_ends(&io);
-	if (r >= 0) {
-		struct sbx_result res;
-		r = sbx_supervise(chan[0], helper_pidfd, opts, &io, &st.cg, &res, err);
-		if (r >= 0)
-			*ret = res;
-	}
-	syscall(SYS_pidfd_send_signal, helper_pidfd, SIGKILL, NULL, 0);
-	siginfo_t si;
-	while (waitid(P_PIDFD, (id_t)helper_pidfd, &si, WEXITED) < 0 && errno == EINTR)
-		;
-	close(helper_pidfd);
-	close(chan[0]);
-	close_stdio(&io);
-	env_list_free(&env);
-	sbx_cgroup_close(&st.cg);
-	return r;
 }
 
 /* ---- destroy, list, gc ---- */
@@ -1045,14 +1061,28 @@ static int destroy_locked(const struct sbx_settings *set, const char *id, struct
 	if (r < 0)
 		return r;
 	if (have_state) {
+		int kfd = sbx_pidfd_if_same(st->keeper_pid, st->keeper_start);
 		int pidfd = sbx_state_pidfd(st);
 		if (pidfd >= 0) {
 			syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
 			/* pid 1 exits only after every process of its namespace. */
 			r = wait_pidfd_exit(pidfd, 10000);
 			close(pidfd);
-			if (r < 0)
+			if (r < 0) {
+				safe_close(kfd);
 				return al_error_set(err, r, "sandbox %s did not die within 10 s", id);
+			}
+		}
+		if (kfd >= 0) {
+			/* The keeper reaps the init and leaves by itself; it is
+			 * killed if it does not. */
+			if (wait_pidfd_exit(kfd, 2000) < 0) {
+				syscall(SYS_pidfd_send_signal, kfd, SIGKILL, NULL, 0);
+				r = wait_pidfd_exit(kfd, 10000);
+			}
+			close(kfd);
+			if (r < 0)
+				return al_error_set(err, r, "the keeper of sandbox %s did not die", id);
 		}
 		r = sbx_cgroup_destroy(&st->cg);
 		if (r < 0)

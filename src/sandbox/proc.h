@@ -41,6 +41,50 @@ struct sbx_stdio {
 	int in[2], out[2], err[2];
 };
 
+/* An environment under construction: K=V strings, NULL-terminated. */
+struct sbx_env {
+	char **v;
+	size_t n, cap;
+};
+
+void sbx_env_free(struct sbx_env *e);
+/* Sets K=V, replacing an earlier K. */
+int sbx_env_set(struct sbx_env *e, const char *kv);
+/* PATH, HOME, the caller's TERM, then the sandbox's env, then extra. */
+int sbx_env_build(struct sbx_env *e, char *const *spec_env, size_t n_spec, char *const *extra,
+		  size_t n_extra);
+/* Adds the NUL-separated env file of a persistent sandbox. */
+int sbx_env_read_file(const struct sbx_paths *p, struct sbx_env *e);
+
+/* One command to start inside a sandbox. */
+struct sbx_command {
+	char *const *argv;
+	char **envp;
+	const char *cwd;
+	uint64_t pids;
+	struct sbx_stdio *io;
+	int status_fd;
+};
+
+int sbx_stdio_make(struct sbx_stdio *io);
+void sbx_stdio_close(struct sbx_stdio *io);
+/* Closes the ends that belong to the command (after handing them on). */
+void sbx_stdio_close_child_ends(struct sbx_stdio *io);
+
+/* fork-like clone3: returns 0 in the child, which must only make system
+ * calls and exec or _exit (libc's cached thread id is stale). */
+pid_t sbx_clone3_fork(uint64_t flags, int *ret_pidfd, int cgroup_fd);
+/* Trims root-inside's capabilities to the kept set (see launch.c). */
+int sbx_drop_caps(void);
+/* pid 1 of a pid namespace: starts c (if any), reaps, reports. */
+void sbx_run_init(const struct sbx_command *c) __attribute__((noreturn));
+
+/* exec.c: the keeper of a persistent sandbox. Runs until the sandbox's init
+ * (init_pidfd) exits, serving exec requests on listen_fd. */
+void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid) __attribute__((noreturn));
+/* Where a persistent sandbox's keeper listens. */
+int sbx_control_path(const struct sbx_paths *p, char *out, size_t size);
+
 /* supervise.c: pumps stdio, enforces the timeout and output cap, and waits
  * for the command's status on status_fd. kill_pidfd is the process whose
  * death ends everything the command started. */

@@ -167,6 +167,10 @@ int sbx_state_write(const struct sbx_paths *p, const struct sbx_state *st)
 	ADD("id=%s\n", st->id);
 	ADD("pid=%d\n", (int)st->init_pid);
 	ADD("start=%" PRIu64 "\n", st->init_start);
+	if (st->keeper_pid > 0) {
+		ADD("keeper=%d\n", (int)st->keeper_pid);
+		ADD("keeper_start=%" PRIu64 "\n", st->keeper_start);
+	}
 	ADD("slot=%" PRIu32 "\n", st->slot);
 	ADD("uid=%" PRIu32 "\n", st->uid);
 	ADD("created=%" PRId64 "\n", st->created);
@@ -250,6 +254,13 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 				goto bad;
 			st.init_pid = (pid_t)u;
 			have_pid = true;
+		} else if (strcmp(key, "keeper") == 0) {
+			if (parse_u64(val, &u) < 0 || u == 0 || u > INT_MAX)
+				goto bad;
+			st.keeper_pid = (pid_t)u;
+		} else if (strcmp(key, "keeper_start") == 0) {
+			if (parse_u64(val, &st.keeper_start) < 0)
+				goto bad;
 		} else if (strcmp(key, "start") == 0) {
 			if (parse_u64(val, &st.init_start) < 0)
 				goto bad;
@@ -326,18 +337,25 @@ int sbx_proc_starttime(pid_t pid, uint64_t *ret)
 	return parse_u64(p, ret);
 }
 
-int sbx_state_pidfd(const struct sbx_state *st)
+int sbx_pidfd_if_same(pid_t pid, uint64_t start)
 {
-	int fd = (int)syscall(SYS_pidfd_open, st->init_pid, 0);
+	if (pid <= 0)
+		return -ESRCH;
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (fd < 0)
 		return -errno;
-	uint64_t start;
+	uint64_t now;
 	/* Checked after pidfd_open: the pidfd now pins this exact process. */
-	if (sbx_proc_starttime(st->init_pid, &start) < 0 || start != st->init_start) {
+	if (sbx_proc_starttime(pid, &now) < 0 || now != start) {
 		close(fd);
 		return -ESRCH;
 	}
 	return fd;
+}
+
+int sbx_state_pidfd(const struct sbx_state *st)
+{
+	return sbx_pidfd_if_same(st->init_pid, st->init_start);
 }
 
 /*

@@ -14,6 +14,10 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TEST_UID = 1000  # owner of test workspaces: an unprivileged host user
+# The tests' sandboxes take their uid ranges from here, apart from any other
+# airlock on this host, so that "no process left in our ranges" means ours.
+UID_BASE = 0x20000000
+UID_END = UID_BASE + 4096 * 65536
 
 
 def airlock_path():
@@ -44,6 +48,7 @@ class Airlock:
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
             "AIRLOCK_STATE_DIR": state_dir,
             "AIRLOCK_CGROUP_PARENT": cgroup_parent,
+            "AIRLOCK_UID_BASE": str(UID_BASE),
         }
         for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
             if k in os.environ:
@@ -135,23 +140,27 @@ def put(ws, name, data, mode=0o644):
     return p
 
 
-def uid_range_processes(base=0x60000000):
-    """Live host processes whose uid is in airlock's sandbox uid ranges.
+def uid_range_processes(base=UID_BASE, end=UID_END):
+    """Host processes whose uid is in the tests' ranges.
 
-    Zombies are left out: a destroyed persistent sandbox's init is reaped by
-    the host's init, which some minimal container inits never do."""
+    Zombies count (an unreaped child is our bug), except orphans already
+    handed to the host's init: reaping those is init's job, and a supervisor
+    killed with SIGKILL leaves its sandbox's init there. (Some minimal
+    container inits never reap.)"""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/status") as f:
+                fields = dict(l.split(":", 1) for l in f if ":" in l)
+            if fields["State"].split()[0] == "Z" and int(fields["PPid"]) == 1:
+                continue
+            with open(f"/proc/{pid}/status") as f:
                 for line in f:
-                    if line.startswith("State:") and line.split()[1] in ("Z", "X"):
-                        break
                     if line.startswith("Uid:"):
                         uid = int(line.split()[1])
-                        if uid >= base:
+                        if base <= uid < end:
                             found.append((int(pid), uid))
                         break
         except OSError:

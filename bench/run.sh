@@ -1,0 +1,324 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+#
+# Sandbox start-up benchmark: airlock against bubblewrap, crun and a bare
+# exec, interleaved run by run. See bench/README.md.
+#
+# Usage: bench/run.sh [AIRLOCK_BINARY]     (or $AIRLOCK; default build/src/cli/airlock)
+# Environment: BENCH_RUNS (default 200), BENCH_RCU_RUNS (default 100),
+#              BENCH_CRUN=0 to leave crun out.
+# Needs root. Writes bench/results/sandbox-<date>.json. Exits non-zero when a
+# step fails; never on speed.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+airlock=${1:-${AIRLOCK:-$root/build/src/cli/airlock}}
+runs=${BENCH_RUNS:-200}
+rcu_runs=${BENCH_RCU_RUNS:-100}
+want_crun=${BENCH_CRUN:-1}
+budget=570 # seconds for the whole script; each step gets what is left
+crun_uid_base=100000000
+start=$SECONDS
+
+die() {
+	echo "bench: error: $*" >&2
+	exit 1
+}
+note() { echo "bench: $*" >&2; }
+
+case $runs$rcu_runs in *[!0-9]*) die "BENCH_RUNS and BENCH_RCU_RUNS want numbers" ;; esac
+[ "$(id -u)" -eq 0 ] || die "needs root (sandboxes, cgroups, /sys/kernel/rcu_expedited)"
+case $airlock in /*) ;; *) airlock=$PWD/$airlock ;; esac
+[ -x "$airlock" ] || die "no airlock binary at $airlock (build it, or pass its path as \$1)"
+py=/usr/bin/python3
+[ -x $py ] || py=$(command -v python3) || die "python3 is missing"
+for t in bwrap cc; do
+	command -v $t >/dev/null || die "$t is missing (scripts/deps.sh --bench installs it)"
+done
+
+work=$(mktemp -d /tmp/airlock-bench.XXXXXX)
+export AIRLOCK_STATE_DIR=$work/state
+shm_state=
+warm_id=
+rcu_saved=
+crun_root=$work/crun-root
+crun_prefix=airlock-bench-$$-
+
+step_pid=
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM HUP
+	# An interrupted step: let it finish its current run and reap it.
+	if [ -n "$step_pid" ]; then
+		kill -TERM "$step_pid" 2>/dev/null || true
+		wait "$step_pid" 2>/dev/null || true
+	fi
+	if [ -n "$rcu_saved" ]; then
+		echo "$rcu_saved" >/sys/kernel/rcu_expedited 2>/dev/null ||
+			echo "bench: WARNING: could not restore /sys/kernel/rcu_expedited to $rcu_saved" >&2
+	fi
+	if [ -n "$warm_id" ]; then
+		timeout 30 "$airlock" sandbox destroy "$warm_id" >/dev/null 2>&1 || true
+	fi
+	# Anything a failed step left: airlock sandboxes, crun containers, cgroups.
+	local sd id
+	for sd in "$AIRLOCK_STATE_DIR" "$shm_state"; do
+		[ -n "$sd" ] && [ -d "$sd" ] || continue
+		for id in $(AIRLOCK_STATE_DIR=$sd timeout 10 "$airlock" sandbox list 2>/dev/null |
+			awk 'NR > 1 { print $1 }'); do
+			AIRLOCK_STATE_DIR=$sd timeout 30 "$airlock" sandbox destroy "$id" >/dev/null 2>&1 || true
+		done
+		AIRLOCK_STATE_DIR=$sd timeout 30 "$airlock" sandbox gc >/dev/null 2>&1 || true
+	done
+	if [ -n "$shm_state" ] && ! grep -q " $shm_state" /proc/self/mountinfo; then
+		rm -rf "$shm_state"
+	fi
+	if [ -d "$crun_root" ] && command -v crun >/dev/null; then
+		local c
+		for c in $(crun --root "$crun_root" list -q 2>/dev/null); do
+			crun --root "$crun_root" delete -f "$c" >/dev/null 2>&1 || true
+		done
+	fi
+	local d
+	for d in /sys/fs/cgroup/*/"$crun_prefix"*; do
+		[ ! -d "$d" ] || rmdir "$d" 2>/dev/null || true
+	done
+	if grep -q " $work" /proc/self/mountinfo; then
+		echo "bench: WARNING: mounts left under $work; not removing it" >&2
+	else
+		rm -rf "$work"
+	fi
+	exit $rc
+}
+trap cleanup EXIT
+trap 'echo "bench: interrupted" >&2; exit 130' INT TERM HUP
+
+# Runs a step under `timeout` with what is left of the budget (at most $1 s).
+# In the background, so that a signal runs the cleanup trap at once (bash
+# runs traps only once a foreground command ends; `wait` is interrupted).
+step() {
+	local cap=$1
+	shift
+	local left=$((budget - (SECONDS - start)))
+	[ "$left" -gt 5 ] || die "out of time budget ($budget s) before: $*"
+	[ "$cap" -le "$left" ] || cap=$left
+	local rc=0
+	timeout --kill-after=5 "$cap" "$@" &
+	step_pid=$!
+	wait "$step_pid" || rc=$?
+	step_pid=
+	return $rc
+}
+
+errors=()
+
+# ------------------------------------------------------------ the machine
+cgroup_mode() {
+	case $(stat -fc %T /sys/fs/cgroup 2>/dev/null) in
+	cgroup2fs) echo "v2 (unified)" ;;
+	tmpfs)
+		if [ "$(stat -fc %T /sys/fs/cgroup/unified 2>/dev/null)" = cgroup2fs ]; then
+			echo "v1 hybrid (cgroup2 at /sys/fs/cgroup/unified)"
+		else
+			echo "v1 (legacy)"
+		fi
+		;;
+	*) echo unknown ;;
+	esac
+}
+cg_mode=$(cgroup_mode)
+# The filesystem under the state directory, with its mount options (discard!).
+state_fs=$(findmnt -n -o FSTYPE,OPTIONS --target "$work" 2>/dev/null | tr -s ' ' || echo "?")
+loadavg_before=$(cut -d' ' -f1-4 /proc/loadavg)
+note "$("$airlock" version 2>/dev/null || echo 'airlock ?') at $airlock; $(nproc) CPUs, kernel $(uname -r), cgroup $cg_mode, load $loadavg_before"
+
+cc -O2 -Wall -o "$work/sbxbench" "$root/bench/sbxbench.c" || die "cannot compile bench/sbxbench.c"
+sbx=$work/sbxbench
+
+# ------------------------------------------------------------ the contenders
+mkdir -p "$work/bwrap-ws" "$work/crun-ws" "$AIRLOCK_STATE_DIR"
+bwrap_cmd=(bwrap --unshare-all --die-with-parent)
+for d in usr etc opt var/lib/dpkg var/lib/apt; do
+	[ -d "/$d" ] && [ ! -L "/$d" ] && bwrap_cmd+=(--ro-bind "/$d" "/$d")
+done
+for d in bin sbin lib lib32 lib64 libx32; do
+	if [ -L "/$d" ]; then
+		bwrap_cmd+=(--symlink "$(readlink "/$d")" "/$d")
+	elif [ -d "/$d" ]; then
+		bwrap_cmd+=(--ro-bind "/$d" "/$d")
+	fi
+done
+bwrap_cmd+=(--tmpfs /tmp --proc /proc --dev /dev --bind "$work/bwrap-ws" /workspace --chdir /workspace)
+bwrap_cmd+=(/bin/true)
+
+airlock_cmd=("$airlock" sandbox run -- /bin/true)
+tools=(--tool bare /bin/true --tool airlock "${airlock_cmd[@]}" --tool bwrap "${bwrap_cmd[@]}")
+# airlock again with its state (overlay upper/work dirs, the root skeleton,
+# the fresh workspace) on tmpfs, as bwrap's root is: shows what the state
+# directory's filesystem costs (see README: ext4 mounted with discard).
+if [ "$(stat -fc %T /dev/shm 2>/dev/null)" = tmpfs ]; then
+	shm_state=$(mktemp -d /dev/shm/airlock-bench.XXXXXX)
+	tools+=(--tool airlock-tmpfs "AIRLOCK_STATE_DIR=$shm_state" "${airlock_cmd[@]}")
+fi
+
+crun_status="not run"
+crun_cmd=()
+if [ "$want_crun" = 0 ]; then
+	crun_status="left out (BENCH_CRUN=0)"
+elif ! command -v crun >/dev/null; then
+	crun_status="crun is not installed"
+else
+	$py "$root/bench/report.py" bundle "$work/bundle" "$crun_uid_base" "$work/crun-ws" ||
+		die "cannot write the crun bundle"
+	crun_cmd=(crun --root "$crun_root" run --bundle "$work/bundle" "${crun_prefix}{n}")
+	# One untimed try; on a hybrid host the driver hides /sys/fs/cgroup/unified.
+	if out=$(step 30 "$sbx" run -n 1 -w 0 -o /dev/null -e /dev/stderr \
+		--tool-hidecg2 crun "${crun_cmd[@]}" 2>&1); then
+		crun_status="ok"
+		tools+=(--tool-hidecg2 crun "${crun_cmd[@]}")
+	else
+		crun_status="crun failed here: $(echo "$out" | tail -n 3 | tr '\n' ' ')"
+		errors+=("crun left out: $crun_status")
+		note "$crun_status"
+	fi
+fi
+
+# Every contender once, untimed, so a broken one fails with its own message.
+out=$(step 60 "$sbx" run -n 1 -w 0 -o /dev/null -e /dev/stderr "${tools[@]}" 2>&1) ||
+	die "a contender does not run: $out"
+
+# ------------------------------------------------------------ 1. cold start
+note "cold start: $runs interleaved rounds of bare, airlock, bwrap$([ -z "$shm_state" ] || echo ', airlock (state on tmpfs)')$([ ${#crun_cmd[@]} -eq 0 ] || echo ', crun')"
+step 300 "$sbx" run -n "$runs" -w 5 -t 30 -o "$work/cold.tsv" -e "$work/cold.err" "${tools[@]}" ||
+	die "cold-start run failed: $(tail -n 5 "$work/cold.err" 2>/dev/null | tr '\n' ' ')"
+
+# ------------------------------------------------------------ 2. warm exec
+note "warm: $runs x airlock sandbox exec in one sandbox"
+if warm_id=$(step 30 "$airlock" sandbox create 2>"$work/warm.err") && [ -n "$warm_id" ]; then
+	if ! step 120 "$sbx" run -n "$runs" -w 5 -t 30 -o "$work/warm.tsv" -e "$work/warm.err" \
+		--tool bare /bin/true --tool airlock-exec "$airlock" sandbox exec "$warm_id" -- /bin/true; then
+		errors+=("warm: airlock sandbox exec failed: $(tail -n 2 "$work/warm.err" | tr '\n' ' ')")
+		rm -f "$work/warm.tsv"
+	fi
+	step 30 "$airlock" sandbox destroy "$warm_id" >/dev/null 2>>"$work/warm.err" ||
+		errors+=("warm: airlock sandbox destroy $warm_id failed")
+	warm_id=
+else
+	warm_id=
+	errors+=("warm: airlock sandbox create failed: $(tail -n 2 "$work/warm.err" | tr '\n' ' ')")
+fi
+
+# ------------------------------------------------------------ 3. cgroup v1 attach
+cg_v1_memory=
+[ "$(stat -fc %T /sys/fs/cgroup/memory 2>/dev/null)" = cgroupfs ] && cg_v1_memory=/sys/fs/cgroup/memory
+if command -v strace >/dev/null; then
+	note "cgroup attach: airlock under strace -f -T -y -e trace=write, 5 runs"
+	for i in 1 2 3 4 5; do
+		sleep 0.3 # idle, as between two sandboxes in real use
+		step 30 strace -f -T -y -e trace=write -o "$work/strace-cg.$i" "${airlock_cmd[@]}" ||
+			errors+=("strace run $i of airlock failed")
+	done
+else
+	errors+=("strace is not installed: no per-syscall cgroup attach figure")
+fi
+if [ -n "$cg_v1_memory" ]; then
+	note "cgroup attach: direct timing of writes to a v1 memory cgroup's cgroup.procs"
+	step 30 "$sbx" cgattach -n 20 -i 200 "$cg_v1_memory" >"$work/cgattach.txt" ||
+		errors+=("direct cgroup attach timing failed")
+fi
+
+# ------------------------------------------------------------ 4. rcu_expedited
+rcu_note=
+if [ -w /sys/kernel/rcu_expedited ] && [ "$cg_v1_memory" ]; then
+	rcu_saved=$(cat /sys/kernel/rcu_expedited)
+	if echo 1 >/sys/kernel/rcu_expedited 2>/dev/null; then
+		note "rcu_expedited=1 (was $rcu_saved): $rcu_runs interleaved cold runs"
+		step 150 "$sbx" run -n "$rcu_runs" -w 5 -t 30 -o "$work/cold-rcu.tsv" -e "$work/cold-rcu.err" \
+			"${tools[@]}" || errors+=("cold run with rcu_expedited=1 failed")
+		step 30 "$sbx" cgattach -n 20 -i 200 "$cg_v1_memory" >"$work/cgattach-rcu.txt" ||
+			errors+=("direct cgroup attach timing with rcu_expedited=1 failed")
+	else
+		rcu_note="cannot write /sys/kernel/rcu_expedited"
+	fi
+	echo "$rcu_saved" >/sys/kernel/rcu_expedited || die "could not restore /sys/kernel/rcu_expedited to $rcu_saved"
+	rcu_previous=$rcu_saved
+	rcu_saved=
+else
+	rcu_previous=$(cat /sys/kernel/rcu_expedited 2>/dev/null || echo "?")
+	rcu_note="skipped: /sys/kernel/rcu_expedited not writable or no cgroup v1"
+fi
+
+# ------------------------------------------------------------ report
+loadavg_after=$(cut -d' ' -f1-4 /proc/loadavg)
+date_iso=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+results=$root/bench/results
+mkdir -p "$results"
+out_json=$results/sandbox-$(date -u +%Y-%m-%d).json
+printf '%s\n' "${errors[@]}" >"$work/errors.txt"
+export date_iso cg_mode state_fs loadavg_before loadavg_after crun_status rcu_previous rcu_note runs rcu_runs
+export airlock_path=$airlock
+airlock_version=$("$airlock" version 2>/dev/null || echo "?")
+git_rev=$(git -C "$root" describe --always --dirty 2>/dev/null || echo "?")
+bwrap_version=$(bwrap --version 2>/dev/null || echo "?")
+crun_version=$(crun --version 2>/dev/null | head -n 1 || echo "?")
+cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //' || echo "?")
+export airlock_version git_rev bwrap_version crun_version cpu_model
+# The exact command lines, NUL-separated, one file per tool.
+printf '%s\0' "${airlock_cmd[@]}" >"$work/cmd.airlock"
+printf '%s\0' "${bwrap_cmd[@]}" >"$work/cmd.bwrap"
+[ ${#crun_cmd[@]} -eq 0 ] || printf '%s\0' "${crun_cmd[@]}" >"$work/cmd.crun"
+[ ! -f "$work/bundle/config.json" ] || cp "$work/bundle/config.json" "$work/crun-config.json"
+$py - "$work" <<'EOF'
+import json, os, sys
+work = sys.argv[1]
+e = os.environ
+cmds = {}
+for t in ("airlock", "bwrap", "crun"):
+    p = os.path.join(work, "cmd." + t)
+    if os.path.exists(p):
+        cmds[t] = [a for a in open(p).read().split("\0") if a]
+cmds["bare"] = ["/bin/true"]
+if "airlock" in cmds:
+    cmds["airlock-tmpfs"] = ["AIRLOCK_STATE_DIR=/dev/shm/airlock-bench.XXXXXX"] + cmds["airlock"]
+cmds["airlock-exec"] = [e["airlock_path"], "sandbox", "exec", "ID", "--", "/bin/true"]
+crun_cfg = None
+p = os.path.join(work, "crun-config.json")
+if os.path.exists(p):
+    crun_cfg = json.load(open(p))
+meta = {
+    "benchmark": "sandbox start-up, /bin/true",
+    "date": e["date_iso"],
+    "machine": {
+        "nproc": os.cpu_count(),
+        "cpu": e["cpu_model"],
+        "kernel": os.uname().release,
+        "cgroup_mode": e["cg_mode"],
+        "state_dir_fs": e["state_fs"],
+        "loadavg_before": e["loadavg_before"],
+        "loadavg_after": e["loadavg_after"],
+    },
+    "versions": {"airlock": e["airlock_version"], "git": e["git_rev"],
+                 "bwrap": e["bwrap_version"], "crun": e["crun_version"]},
+    "method": ("sbxbench (bench/sbxbench.c): fork+exec per run, wall time from before fork() "
+               "until every process the run left has been reaped (child subreaper); tools "
+               "interleaved round by round with a rotating first tool; 5 untimed warm-up "
+               "rounds; percentiles are nearest-rank"),
+    "runs": int(e["runs"]),
+    "rcu_runs": int(e["rcu_runs"]),
+    "commands": cmds,
+    "crun": {"status": e["crun_status"],
+             "note": "run inside a private mount namespace where an empty tmpfs covers "
+                     "/sys/fs/cgroup/unified (crun refuses cgroup v1 hybrid hosts)",
+             "config": crun_cfg},
+    "rcu_expedited": {"previous": e["rcu_previous"], "note": e["rcu_note"]},
+}
+json.dump(meta, open(os.path.join(work, "meta.json"), "w"), indent=1)
+EOF
+$py "$root/bench/report.py" report "$work" "$out_json" || die "cannot write the report"
+note "done in $((SECONDS - start)) s; load before $loadavg_before, after $loadavg_after"
+if [ ${#errors[@]} -gt 0 ] && [ -n "${errors[0]}" ]; then
+	for e in "${errors[@]}"; do
+		case $e in "crun left out:"*) ;; *) die "some steps failed (see NOTE lines above); partial results in $out_json" ;; esac
+	done
+fi
+exit 0

@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "fdutil.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "cleanup.h"
+
+#ifndef __NR_close_range
+#define __NR_close_range 436
+#endif
+
+/* Chunk size for files whose size stat() does not know (proc, sysfs). */
+#define READ_CHUNK 4096
+
+static int set_flag(int fd, int get, int set, int flag, bool on)
+{
+	int flags = fcntl(fd, get);
+	if (flags < 0)
+		return -errno;
+	int nflags = on ? flags | flag : flags & ~flag;
+	if (nflags == flags)
+		return 0;
+	if (fcntl(fd, set, nflags) < 0)
+		return -errno;
+	return 0;
+}
+
+int fd_set_cloexec(int fd, bool on)
+{
+	return set_flag(fd, F_GETFD, F_SETFD, FD_CLOEXEC, on);
+}
+
+int fd_set_nonblock(int fd, bool on)
+{
+	return set_flag(fd, F_GETFL, F_SETFL, O_NONBLOCK, on);
+}
+
+static int wait_fd(int fd, short events)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	for (;;) {
+		int r = poll(&p, 1, -1);
+		if (r >= 0)
+			return 0;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+ssize_t read_full(int fd, void *buf, size_t n)
+{
+	if (n > SSIZE_MAX)
+		return -EINVAL;
+	size_t done = 0;
+	while (done < n) {
+		ssize_t k = read(fd, (char *)buf + done, n - done);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN) {
+				int r = wait_fd(fd, POLLIN);
+				if (r < 0)
+					return r;
+				continue;
+			}
+			return -errno;
+		}
+		if (k == 0)
+			break;
+		done += (size_t)k;
+	}
+	return (ssize_t)done;
+}
+
+int write_full(int fd, const void *buf, size_t n)
+{
+	size_t done = 0;
+	while (done < n) {
+		ssize_t k = write(fd, (const char *)buf + done, n - done);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN) {
+				int r = wait_fd(fd, POLLOUT);
+				if (r < 0)
+					return r;
+				continue;
+			}
+			return -errno;
+		}
+		if (k == 0)
+			return -EIO;
+		done += (size_t)k;
+	}
+	return 0;
+}
+
+/* The smallest descriptor in keep that is >= from, or -1. */
+static long next_kept(const int *keep, size_t n, unsigned from)
+{
+	long best = -1;
+	for (size_t i = 0; i < n; i++) {
+		if (keep[i] < 0 || (unsigned)keep[i] < from)
+			continue;
+		if (best < 0 || keep[i] < best)
+			best = keep[i];
+	}
+	return best;
+}
+
+static bool is_kept(const int *keep, size_t n, int fd)
+{
+	for (size_t i = 0; i < n; i++)
+		if (keep[i] == fd)
+			return true;
+	return false;
+}
+
+int close_all_fds_except(const int *keep, size_t n)
+{
+	unsigned from = 0;
+	for (;;) {
+		long k = next_kept(keep, n, from);
+		unsigned to = k < 0 ? UINT_MAX : (unsigned)k - 1;
+		if (k < 0 || (unsigned)k > from) {
+			if (syscall(__NR_close_range, from, to, 0) < 0) {
+				if (errno == ENOSYS || errno == EINVAL || errno == EPERM)
+					return close_all_fds_except_slow(keep, n);
+				return -errno;
+			}
+		}
+		if (k < 0 || (unsigned)k == UINT_MAX)
+			return 0;
+		from = (unsigned)k + 1;
+	}
+}
+
+/* Directory entries as getdents64(2) returns them; glibc has no header. */
+struct linux_dirent64 {
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+static int parse_fd_name(const char *s)
+{
+	long v = 0;
+	if (!*s)
+		return -1;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9' || v > INT_MAX / 10)
+			return -1;
+		v = v * 10 + (*s - '0');
+	}
+	return v > INT_MAX ? -1 : (int)v;
+}
+
+int close_all_fds_except_slow(const int *keep, size_t n)
+{
+	int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0) {
+		/* No /proc (early in a new mount namespace): try every number. */
+		struct rlimit rl;
+		int max = 65536;
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+		    rl.rlim_cur < INT_MAX)
+			max = (int)rl.rlim_cur;
+		for (int fd = 0; fd < max; fd++)
+			if (!is_kept(keep, n, fd))
+				close(fd);
+		return 0;
+	}
+
+	/* Closing entries while reading is fine: /proc/self/fd is listed by
+	 * descriptor number, so the offsets of later entries do not move. */
+	char buffer[4096] __attribute__((aligned(8)));
+	for (;;) {
+		long got = syscall(SYS_getdents64, dir, buffer, sizeof(buffer));
+		if (got < 0) {
+			int r = -errno;
+			close(dir);
+			return r;
+		}
+		if (got == 0)
+			break;
+		for (long off = 0; off < got;) {
+			struct linux_dirent64 *d = (struct linux_dirent64 *)(buffer + off);
+			off += d->d_reclen;
+			int fd = parse_fd_name(d->d_name);
+			if (fd < 0 || fd == dir || is_kept(keep, n, fd))
+				continue;
+			close(fd);
+		}
+	}
+	close(dir);
+	return 0;
+}
+
+int read_file_bounded(int dirfd, const char *path, size_t max, char **ret, size_t *ret_len)
+{
+	/* O_NONBLOCK so that opening a FIFO cannot hang; it is refused below. */
+	_cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (S_ISDIR(st.st_mode))
+		return -EISDIR;
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	if (st.st_size > 0 && (uint64_t)st.st_size > max)
+		return -EFBIG;
+
+	_cleanup_buf_ struct buf b = BUF_INIT(max);
+	int r;
+	/* st_size is a hint only: proc files say 0, and files change. */
+	if (st.st_size > 0) {
+		r = buf_reserve(&b, (size_t)st.st_size);
+		if (r < 0)
+			return r;
+	}
+	for (;;) {
+		ssize_t k;
+		/* The buffer never holds more than max + 1 bytes, so reading
+		 * into its free space cannot pass the limit. */
+		size_t avail = b.cap > b.len + 1 ? b.cap - b.len - 1 : 0;
+		if (avail > 0) {
+			k = read(fd, b.data + b.len, avail);
+			if (k > 0) {
+				b.len += (size_t)k;
+				b.data[b.len] = '\0';
+			}
+		} else {
+			/* Full: read on the side, one byte past max at most, so
+			 * a file that is too big is detected, not truncated. */
+			char tmp[READ_CHUNK];
+			size_t room = max - b.len;
+			size_t want = room < sizeof(tmp) ? room + 1 : sizeof(tmp);
+			k = read(fd, tmp, want);
+			if (k > 0) {
+				if ((size_t)k > room)
+					return -EFBIG;
+				r = buf_append(&b, tmp, (size_t)k);
+				if (r < 0)
+					return r;
+			}
+		}
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (k == 0)
+			break;
+	}
+	return buf_steal(&b, ret, ret_len);
+}
+
+int write_file_at(int dirfd, const char *path, const char *content)
+{
+	_cleanup_close_ int fd = openat(dirfd, path, O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	size_t n = strlen(content);
+	ssize_t k;
+	do
+		k = write(fd, content, n);
+	while (k < 0 && errno == EINTR);
+	if (k < 0)
+		return -errno;
+	if ((size_t)k != n)
+		return -EIO;
+	return 0;
+}

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * File descriptor helpers. All return 0 (or a count) on success and a
+ * negative errno on failure; none of them leave a descriptor open on a
+ * failure path, and every descriptor they open is O_CLOEXEC.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+int fd_set_cloexec(int fd, bool on);
+int fd_set_nonblock(int fd, bool on);
+
+/*
+ * Reads until n bytes arrived or end of file. Returns the count (less than
+ * n only at end of file) or a negative errno. Retries on EINTR; on a
+ * non-blocking fd it waits with poll() instead of returning -EAGAIN.
+ */
+ssize_t read_full(int fd, void *buf, size_t n);
+
+/* Writes all n bytes or fails; same retry rules as read_full. */
+int write_full(int fd, const void *buf, size_t n);
+
+/*
+ * Closes every descriptor of the process except those in keep (negative
+ * entries are ignored). Uses close_range(2), falling back to walking
+ * /proc/self/fd, and to closing up to the descriptor limit when /proc is
+ * not mounted. Allocates nothing, so it is safe between fork and exec.
+ */
+int close_all_fds_except(const int *keep, size_t n);
+
+/* The fallback path of close_all_fds_except(), exported for tests. */
+int close_all_fds_except_slow(const int *keep, size_t n);
+
+/*
+ * Reads a whole regular file (path relative to dirfd, or AT_FDCWD) of at
+ * most max bytes into a NUL-terminated buffer the caller frees. Follows
+ * symlinks. -EFBIG past max, -EISDIR for a directory, -EINVAL for other
+ * files that are not regular (FIFOs, devices: they may never end).
+ * ret_len may be NULL.
+ */
+int read_file_bounded(int dirfd, const char *path, size_t max, char **ret, size_t *ret_len);
+
+/*
+ * Writes content to an existing file with one write(2), for kernel files
+ * (cgroup knobs, uid_map) where the write is the operation and its errno
+ * the answer. Does not create the file and does not follow a symlink in
+ * the last component. A short write is -EIO.
+ */
+int write_file_at(int dirfd, const char *path, const char *content);
