@@ -147,45 +147,55 @@ static int v2_enable_controllers(const char *root, const char *parent_rel)
 	}
 }
 
-static int apply_limits(struct sbx_cgroup *cg, const struct sbx_spec *spec)
+int sbx_cgroup_limits(const struct sbx_spec *spec, bool v2, struct sbx_cgroup_knob *out,
+		      size_t max)
 {
-	char v[64];
-	int r;
-	const char *mem = cg->path[0], *pids = cg->path[1], *cpu = cg->path[2];
+	size_t n = 0;
+#define KNOB(ctl_, file_, opt_, ...)                                                                  \
+	do {                                                                                       \
+		if (n >= max)                                                                      \
+			return -ENOBUFS;                                                           \
+		out[n] = (struct sbx_cgroup_knob){ .controller = (ctl_), .file = (file_),            \
+						   .optional = (opt_) };                            \
+		snprintf(out[n].value, sizeof(out[n].value), __VA_ARGS__);                         \
+		n++;                                                                               \
+	} while (0)
 	if (spec->memory_bytes) {
-		snprintf(v, sizeof(v), "%" PRIu64, spec->memory_bytes);
-		r = write_knob(mem, cg->v2 ? "memory.max" : "memory.limit_in_bytes", v);
-		if (r < 0)
-			return r;
+		KNOB(0, v2 ? "memory.max" : "memory.limit_in_bytes", false, "%" PRIu64,
+		     spec->memory_bytes);
 		/* No swap beyond the limit, where swap accounting exists. */
-		if (cg->v2)
-			(void)write_knob(mem, "memory.swap.max", "0");
+		if (v2)
+			KNOB(0, "memory.swap.max", true, "0");
 		else
-			(void)write_knob(mem, "memory.memsw.limit_in_bytes", v);
+			KNOB(0, "memory.memsw.limit_in_bytes", true, "%" PRIu64, spec->memory_bytes);
 	}
-	if (spec->pids) {
-		snprintf(v, sizeof(v), "%" PRIu64, spec->pids);
-		r = write_knob(pids, "pids.max", v);
-		if (r < 0)
-			return r;
-	}
+	if (spec->pids)
+		KNOB(1, "pids.max", false, "%" PRIu64, spec->pids);
 	if (spec->cpus > 0) {
 		uint64_t period = 100000;
 		uint64_t quota = (uint64_t)(spec->cpus * (double)period);
 		if (quota < 1000)
 			quota = 1000;
-		if (cg->v2) {
-			snprintf(v, sizeof(v), "%" PRIu64 " %" PRIu64, quota, period);
-			r = write_knob(cpu, "cpu.max", v);
+		if (v2) {
+			KNOB(2, "cpu.max", false, "%" PRIu64 " %" PRIu64, quota, period);
 		} else {
-			snprintf(v, sizeof(v), "%" PRIu64, period);
-			r = write_knob(cpu, "cpu.cfs_period_us", v);
-			if (r >= 0) {
-				snprintf(v, sizeof(v), "%" PRIu64, quota);
-				r = write_knob(cpu, "cpu.cfs_quota_us", v);
-			}
+			KNOB(2, "cpu.cfs_period_us", false, "%" PRIu64, period);
+			KNOB(2, "cpu.cfs_quota_us", false, "%" PRIu64, quota);
 		}
-		if (r < 0)
+	}
+#undef KNOB
+	return (int)n;
+}
+
+static int apply_limits(struct sbx_cgroup *cg, const struct sbx_spec *spec)
+{
+	struct sbx_cgroup_knob knobs[8];
+	int n = sbx_cgroup_limits(spec, cg->v2, knobs, ARRAY_SIZE(knobs));
+	if (n < 0)
+		return n;
+	for (int i = 0; i < n; i++) {
+		int r = write_knob(cg->path[knobs[i].controller], knobs[i].file, knobs[i].value);
+		if (r < 0 && !knobs[i].optional)
 			return r;
 	}
 	return 0;

@@ -68,6 +68,15 @@ int sbx_rm_rf(const char *path);
 int sbx_lock_dir(const char *dir, bool wait);
 
 /* cgroup.c */
+struct sbx_cgroup_knob {
+	int controller; /* index into sbx_cgroup.path: 0 memory, 1 pids, 2 cpu */
+	const char *file;
+	char value[48];
+	bool optional; /* absent on some kernels (swap accounting) */
+};
+/* The knob writes that put spec's limits in place; returns their count. */
+int sbx_cgroup_limits(const struct sbx_spec *spec, bool v2, struct sbx_cgroup_knob *out,
+		      size_t max);
 int sbx_cgroup_create(const struct sbx_settings *set, const char *id,
 		      const struct sbx_spec *spec, struct sbx_cgroup *ret, struct al_error *err);
 /* Puts pid into every controller (cgroup v1; v2 places at clone time). */
