@@ -163,3 +163,31 @@ def test_doctor(airlock):
     p = airlock("doctor")
     assert p.returncode == 0, p.stdout
     assert b"user namespaces" in p.stdout and b"cgroups" in p.stdout
+
+
+def test_installed_package_persists_and_never_reaches_the_host(airlock, workspace, tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "DEBIAN").mkdir(parents=True)
+    (pkg / "usr" / "bin").mkdir(parents=True)
+    (pkg / "DEBIAN" / "control").write_text(
+        "Package: airlock-test-pkg\nVersion: 1.0\nArchitecture: all\n"
+        "Maintainer: airlock <test@airlock.invalid>\nDescription: test package\n")
+    tool = pkg / "usr" / "bin" / "airlock-test-pkg"
+    tool.write_text("#!/bin/sh\necho test-package-ran\n")
+    tool.chmod(0o755)
+    subprocess.run(["dpkg-deb", "--build", str(pkg), str(workspace / "t.deb")], check=True,
+                   capture_output=True)
+    os.chown(workspace / "t.deb", 1000, 1000)
+    sid = airlock.sandbox("create", "--workspace", str(workspace), check=True).stdout.decode().strip()
+    try:
+        airlock.sandbox("exec", sid, "--", "dpkg", "-i", "/workspace/t.deb", check=True)
+        p = airlock.sandbox("exec", sid, "--", "/bin/sh", "-c",
+                            "airlock-test-pkg; dpkg-query -W -f='${Status}' airlock-test-pkg",
+                            check=True)
+        assert p.stdout.decode().split("\n")[0] == "test-package-ran"
+        assert b"install ok installed" in p.stdout
+    finally:
+        airlock.sandbox("destroy", sid, check=True)
+    assert not os.path.exists("/usr/bin/airlock-test-pkg")
+    r = subprocess.run(["dpkg-query", "-W", "airlock-test-pkg"], capture_output=True)
+    assert r.returncode != 0
