@@ -38,6 +38,9 @@ done
 
 work=$(mktemp -d /tmp/airlock-bench.XXXXXX)
 export AIRLOCK_STATE_DIR=$work/state
+# Our own cgroup parent: everything below it is ours to clean up, and
+# `airlock sandbox gc` never looks at other users' sandboxes' cgroups.
+export AIRLOCK_CGROUP_PARENT=airlock-bench-$$
 shm_state=
 warm_id=
 rcu_saved=
@@ -45,6 +48,33 @@ crun_root=$work/crun-root
 crun_prefix=airlock-bench-$$-
 
 step_pid=
+# When `airlock sandbox destroy` fails: SIGKILL the sandbox's keeper (the
+# host-side process `sandbox create` left, named in the state file, checked to
+# be our airlock binary) and every process in its cgroup (below our own
+# cgroup parent, so ours); `sandbox gc` then removes the rest.
+kill_sandbox() {
+	local sd=$1 id=$2 keeper exe
+	echo "bench: WARNING: airlock sandbox destroy $id failed; killing its processes" >&2
+	keeper=$(sed -n 's/^keeper=\([0-9]*\)$/\1/p' "$sd/$id/state" 2>/dev/null)
+	if [ -n "$keeper" ]; then
+		exe=$(readlink "/proc/$keeper/exe" 2>/dev/null || true)
+		[ "$exe" != "$(readlink -f "$airlock")" ] || kill -KILL "$keeper" 2>/dev/null || true
+	fi
+	kill_cgroup_tasks "$id"
+}
+# SIGKILLs the processes in our sandboxes' cgroups (all of them, or one id's).
+kill_cgroup_tasks() {
+	local f pid
+	for f in /sys/fs/cgroup/pids/"$AIRLOCK_CGROUP_PARENT"/${1:-*}/cgroup.procs \
+		/sys/fs/cgroup/unified/"$AIRLOCK_CGROUP_PARENT"/${1:-*}/cgroup.procs \
+		/sys/fs/cgroup/"$AIRLOCK_CGROUP_PARENT"/${1:-*}/cgroup.procs; do
+		[ -f "$f" ] || continue
+		for pid in $(cat "$f" 2>/dev/null); do
+			kill -KILL "$pid" 2>/dev/null || true
+		done
+	done
+	sleep 0.2
+}
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM HUP
@@ -57,18 +87,20 @@ cleanup() {
 		echo "$rcu_saved" >/sys/kernel/rcu_expedited 2>/dev/null ||
 			echo "bench: WARNING: could not restore /sys/kernel/rcu_expedited to $rcu_saved" >&2
 	fi
-	if [ -n "$warm_id" ]; then
-		timeout 30 "$airlock" sandbox destroy "$warm_id" >/dev/null 2>&1 || true
-	fi
 	# Anything a failed step left: airlock sandboxes, crun containers, cgroups.
 	local sd id
 	for sd in "$AIRLOCK_STATE_DIR" "$shm_state"; do
 		[ -n "$sd" ] && [ -d "$sd" ] || continue
 		for id in $(AIRLOCK_STATE_DIR=$sd timeout 10 "$airlock" sandbox list 2>/dev/null |
 			awk 'NR > 1 { print $1 }'); do
-			AIRLOCK_STATE_DIR=$sd timeout 30 "$airlock" sandbox destroy "$id" >/dev/null 2>&1 || true
+			AIRLOCK_STATE_DIR=$sd timeout 15 "$airlock" sandbox destroy "$id" >/dev/null 2>&1 ||
+				kill_sandbox "$sd" "$id"
 		done
-		AIRLOCK_STATE_DIR=$sd timeout 30 "$airlock" sandbox gc >/dev/null 2>&1 || true
+		AIRLOCK_STATE_DIR=$sd timeout 20 "$airlock" sandbox gc >/dev/null 2>&1 || true
+	done
+	kill_cgroup_tasks
+	for d in /sys/fs/cgroup/*/"$AIRLOCK_CGROUP_PARENT"/* /sys/fs/cgroup/*/"$AIRLOCK_CGROUP_PARENT"; do
+		[ ! -d "$d" ] || rmdir "$d" 2>/dev/null || true
 	done
 	if [ -n "$shm_state" ] && ! grep -q " $shm_state" /proc/self/mountinfo; then
 		rm -rf "$shm_state"
@@ -139,7 +171,9 @@ sbx=$work/sbxbench
 mkdir -p "$work/bwrap-ws" "$work/crun-ws" "$AIRLOCK_STATE_DIR"
 bwrap_cmd=(bwrap --unshare-all --die-with-parent)
 for d in usr etc opt var/lib/dpkg var/lib/apt; do
-	[ -d "/$d" ] && [ ! -L "/$d" ] && bwrap_cmd+=(--ro-bind "/$d" "/$d")
+	if [ -d "/$d" ] && [ ! -L "/$d" ]; then
+		bwrap_cmd+=(--ro-bind "/$d" "/$d")
+	fi
 done
 for d in bin sbin lib lib32 lib64 libx32; do
 	if [ -L "/$d" ]; then
@@ -200,9 +234,14 @@ if warm_id=$(step 30 "$airlock" sandbox create 2>"$work/warm.err") && [ -n "$war
 		errors+=("warm: airlock sandbox exec failed: $(tail -n 2 "$work/warm.err" | tr '\n' ' ')")
 		rm -f "$work/warm.tsv"
 	fi
-	step 30 "$airlock" sandbox destroy "$warm_id" >/dev/null 2>>"$work/warm.err" ||
-		errors+=("warm: airlock sandbox destroy $warm_id failed")
-	warm_id=
+	if step 15 "$airlock" sandbox destroy "$warm_id" >/dev/null 2>>"$work/warm.err"; then
+		warm_id=
+	else
+		errors+=("warm: airlock sandbox destroy $warm_id failed or hung (15 s); killed it instead")
+		kill_sandbox "$AIRLOCK_STATE_DIR" "$warm_id"
+		warm_id=
+		step 20 "$airlock" sandbox gc >/dev/null 2>&1 || true
+	fi
 else
 	warm_id=
 	errors+=("warm: airlock sandbox create failed: $(tail -n 2 "$work/warm.err" | tr '\n' ' ')")
@@ -210,7 +249,9 @@ fi
 
 # ------------------------------------------------------------ 3. cgroup v1 attach
 cg_v1_memory=
-[ "$(stat -fc %T /sys/fs/cgroup/memory 2>/dev/null)" = cgroupfs ] && cg_v1_memory=/sys/fs/cgroup/memory
+if [ "$(stat -fc %T /sys/fs/cgroup/memory 2>/dev/null)" = cgroupfs ]; then
+	cg_v1_memory=/sys/fs/cgroup/memory
+fi
 if command -v strace >/dev/null; then
 	note "cgroup attach: airlock under strace -f -T -y -e trace=write, 5 runs"
 	for i in 1 2 3 4 5; do
