@@ -17,11 +17,8 @@
 
 /* Where a sandbox lives on the host. */
 struct sbx_paths {
-	char dir[SBX_PATH_MAX];   /* <state_dir>/<id> */
-	char root[SBX_PATH_MAX];  /* <dir>/root: the sandbox's "/" (on disk) */
-	char upper[SBX_PATH_MAX]; /* <dir>/upper/<layer> */
-	char work[SBX_PATH_MAX];  /* <dir>/work/<layer> */
-	char workspace[SBX_PATH_MAX];
+	char dir[SBX_PATH_MAX];  /* <state_dir>/<id> */
+	char root[SBX_PATH_MAX]; /* <dir>/root: mount point of the sandbox's private tmpfs */
 };
 
 struct sbx_cgroup {

@@ -50,9 +50,15 @@ struct layer {
 	char target[SBX_PATH_MAX]; /* path inside the sandbox, "" for "/" */
 };
 
+struct link {
+	char name[32];
+	char target[256];
+};
+
 struct sbx_rootfs_plan {
 	char dir[SBX_PATH_MAX];
-	char root[SBX_PATH_MAX];
+	char mnt[SBX_PATH_MAX];   /* <dir>/root: where the private tmpfs goes */
+	char root[SBX_PATH_MAX];  /* <mnt>/rootfs: the sandbox's "/" */
 	char upper[SBX_PATH_MAX];
 	char work[SBX_PATH_MAX];
 	char workspace[SBX_PATH_MAX];
@@ -60,9 +66,14 @@ struct sbx_rootfs_plan {
 	uint32_t ws_uid, ws_gid; /* on-disk owner of the workspace */
 	uint32_t uid;            /* host uid of root inside */
 	uint64_t tmp_size;
+	uint64_t state_size;     /* of the private tmpfs holding "/" and the upper layers */
 	struct layer layers[MAX_LAYERS];
 	size_t n_layers;
+	struct link links[MAX_LAYERS];
+	size_t n_links;
 	bool host_image;
+	bool fresh_workspace;
+	const struct sbx_spec *spec; /* valid until the init has set up */
 };
 
 /* Host directories shown read-only (through an overlay) with --image host. */
@@ -308,9 +319,8 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 			     struct al_error *err)
 {
 	if (!spec->workspace) {
-		int r = mkdir_owned(AT_FDCWD, plan->workspace, 0755, plan->uid, plan->uid);
-		if (r < 0)
-			return al_error_set_errno(err, r, "cannot create workspace");
+		/* Made in the private tmpfs when the init sets up. */
+		plan->fresh_workspace = true;
 		return 0;
 	}
 	char *real = realpath(spec->workspace, NULL);
@@ -377,7 +387,7 @@ static int add_layer(struct sbx_rootfs_plan *plan, const char *lower, const char
 	return 0;
 }
 
-static int prepare_layer_dirs(struct sbx_rootfs_plan *plan, const struct layer *l,
+static int prepare_layer_dirs(const struct sbx_rootfs_plan *plan, const struct layer *l,
 			      int *ret_upperfd)
 {
 	char up[SBX_PATH_MAX], wk[SBX_PATH_MAX];
@@ -409,12 +419,18 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 	if (!plan)
 		return al_error_set(err, -ENOMEM, "out of memory");
 	plan->uid = uid;
+	plan->spec = spec;
 	memcpy(plan->dir, p->dir, sizeof(plan->dir));
-	memcpy(plan->root, p->root, sizeof(plan->root));
-	memcpy(plan->upper, p->upper, sizeof(plan->upper));
-	memcpy(plan->work, p->work, sizeof(plan->work));
-	memcpy(plan->workspace, p->workspace, sizeof(plan->workspace));
+	if (fmt(plan->mnt, sizeof(plan->mnt), "%s", p->root) < 0 ||
+	    fmt(plan->root, sizeof(plan->root), "%s/rootfs", p->root) < 0 ||
+	    fmt(plan->upper, sizeof(plan->upper), "%s/upper", p->root) < 0 ||
+	    fmt(plan->work, sizeof(plan->work), "%s/work", p->root) < 0 ||
+	    fmt(plan->workspace, sizeof(plan->workspace), "%s/ws", p->root) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
 	plan->tmp_size = spec->memory_bytes ? spec->memory_bytes : (uint64_t)1 << 30;
+	/* Writes outside /workspace live in memory and count against the
+	 * memory limit: a sandbox cannot fill the host's disk through /usr. */
+	plan->state_size = spec->memory_bytes ? spec->memory_bytes : 0;
 	if (!path_ok_for_overlay(p->dir))
 		return al_error_set(err, -EINVAL,
 				    "state directory %s may not contain ',', ':' or '\\'", p->dir);
@@ -422,21 +438,9 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 	int r = prepare_workspace(spec, plan, err);
 	if (r < 0)
 		return r;
-
-	if (mkdir_owned(AT_FDCWD, plan->root, 0755, uid, uid) < 0 ||
-	    mkdir_owned(AT_FDCWD, plan->upper, 0700, 0, 0) < 0 ||
-	    mkdir_owned(AT_FDCWD, plan->work, 0700, 0, 0) < 0)
-		return al_error_set_errno(err, -errno, "cannot create sandbox directories in %s",
-					  p->dir);
-	char lowerdir[SBX_PATH_MAX];
-	if (fmt(lowerdir, sizeof(lowerdir), "%s/lower", p->dir) < 0 ||
-	    mkdir_owned(AT_FDCWD, lowerdir, 0700, 0, 0) < 0)
-		return al_error_set(err, -EIO, "cannot create %s", lowerdir);
-
-	_cleanup_close_ int rootfd =
-		open(plan->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (rootfd < 0)
-		return al_error_set_errno(err, -errno, "cannot open %s", plan->root);
+	/* The one directory on disk: the mount point of the private tmpfs. */
+	if (mkdir(plan->mnt, 0700) < 0)
+		return al_error_set_errno(err, -errno, "cannot create %s", plan->mnt);
 
 	plan->host_image = !spec->image || strcmp(spec->image, "host") == 0;
 	if (plan->host_image) {
@@ -447,19 +451,15 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 				continue;
 			if (lstat(host, &st) < 0)
 				continue;
-			if (S_ISLNK(st.st_mode)) {
+			if (S_ISLNK(st.st_mode) && plan->n_links < MAX_LAYERS) {
 				/* merged-/usr: /bin -> usr/bin and the like */
-				char target[SBX_PATH_MAX];
-				ssize_t n = readlink(host, target, sizeof(target) - 1);
+				struct link *l = &plan->links[plan->n_links];
+				ssize_t n = readlink(host, l->target, sizeof(l->target) - 1);
 				if (n < 0)
 					continue;
-				target[n] = '\0';
-				if (symlinkat(target, rootfd, host_layers[i]) < 0 && errno != EEXIST)
-					return al_error_set_errno(err, -errno, "cannot link /%s",
-								  host_layers[i]);
-				if (fchownat(rootfd, host_layers[i], uid, uid, AT_SYMLINK_NOFOLLOW) < 0)
-					return al_error_set_errno(err, -errno, "cannot chown /%s",
-								  host_layers[i]);
+				l->target[n] = '\0';
+				snprintf(l->name, sizeof(l->name), "%s", host_layers[i]);
+				plan->n_links++;
 				continue;
 			}
 			if (!S_ISDIR(st.st_mode))
@@ -467,24 +467,6 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 			r = add_layer(plan, host, host_layers[i]);
 			if (r < 0)
 				return al_error_set_errno(err, r, "cannot use /%s", host_layers[i]);
-		}
-		for (size_t i = 0; i < ARRAY_SIZE(skeleton); i++) {
-			r = mkdir_owned(rootfd, skeleton[i].path, skeleton[i].mode, uid, uid);
-			if (r < 0)
-				return al_error_set_errno(err, r, "cannot create /%s", skeleton[i].path);
-		}
-		for (size_t i = 0; i < plan->n_layers; i++) {
-			struct layer *l = &plan->layers[i];
-			r = mkdir_owned(rootfd, l->target, 0755, uid, uid);
-			if (r < 0)
-				return al_error_set_errno(err, r, "cannot create /%s", l->target);
-			int upperfd = -1;
-			r = prepare_layer_dirs(plan, l, &upperfd);
-			if (r >= 0 && strcmp(l->target, "etc") == 0)
-				r = prepare_etc(upperfd, spec, uid);
-			safe_close(upperfd);
-			if (r < 0)
-				return al_error_set_errno(err, r, "cannot prepare /%s", l->target);
 		}
 	} else {
 		char *real = realpath(spec->image, NULL);
@@ -499,36 +481,88 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 		free(real);
 		if (r < 0)
 			return al_error_set_errno(err, r, "image %s cannot be used", spec->image);
-		struct layer *l = &plan->layers[0];
 		char bin[SBX_PATH_MAX];
-		if (fmt(bin, sizeof(bin), "%s/bin", l->lower) < 0 || access(bin, F_OK) < 0)
+		if (fmt(bin, sizeof(bin), "%s/bin", plan->layers[0].lower) < 0 || access(bin, F_OK) < 0)
 			return al_error_set(err, -ENOENT,
 					    "image %s has no /bin: not a root filesystem", spec->image);
-		int upperfd = -1;
-		r = prepare_layer_dirs(plan, l, &upperfd);
-		if (r < 0)
-			return al_error_set_errno(err, r, "cannot prepare image layer");
-		/* Mount points the image may lack, made in the upper layer. */
-		static const char *const points[] = { "tmp", "proc", "dev", "workspace", "etc" };
-		for (size_t i = 0; i < ARRAY_SIZE(points) && r >= 0; i++) {
-			char path[SBX_PATH_MAX];
-			struct stat pst;
-			if (fmt(path, sizeof(path), "%s/%s", l->lower, points[i]) == 0 &&
-			    lstat(path, &pst) == 0 && S_ISDIR(pst.st_mode))
-				continue;
-			unlinkat(upperfd, points[i], 0);
-			r = mkdir_owned(upperfd, points[i], strcmp(points[i], "tmp") ? 0755 : 01777,
-					uid, uid);
-		}
-		safe_close(upperfd);
-		if (r < 0)
-			return al_error_set_errno(err, r, "cannot prepare image mount points");
 	}
 	*ret = TAKE_PTR(plan);
 	return 0;
 }
 
 /* ---- inside the sandbox's mount namespace ---- */
+
+/* Builds "/" and the upper layers in the freshly mounted private tmpfs. */
+static int build_tree(const struct sbx_rootfs_plan *plan, struct al_error *err)
+{
+	uint32_t uid = plan->uid;
+	char lowerdir[SBX_PATH_MAX];
+	if (fmt(lowerdir, sizeof(lowerdir), "%s/lower", plan->mnt) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	if (mkdir_owned(AT_FDCWD, plan->root, 0755, uid, uid) < 0 ||
+	    mkdir_owned(AT_FDCWD, plan->upper, 0700, 0, 0) < 0 ||
+	    mkdir_owned(AT_FDCWD, plan->work, 0700, 0, 0) < 0 ||
+	    mkdir_owned(AT_FDCWD, lowerdir, 0700, 0, 0) < 0)
+		return al_error_set_errno(err, -errno, "cannot create the sandbox's tree");
+	if (plan->fresh_workspace) {
+		int r = mkdir_owned(AT_FDCWD, plan->workspace, 0755, uid, uid);
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot create the workspace");
+	}
+	_cleanup_close_ int rootfd =
+		open(plan->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (rootfd < 0)
+		return al_error_set_errno(err, -errno, "cannot open %s", plan->root);
+	int r;
+	if (plan->host_image) {
+		for (size_t i = 0; i < plan->n_links; i++) {
+			const struct link *l = &plan->links[i];
+			if (symlinkat(l->target, rootfd, l->name) < 0 ||
+			    fchownat(rootfd, l->name, uid, uid, AT_SYMLINK_NOFOLLOW) < 0)
+				return al_error_set_errno(err, -errno, "cannot link /%s", l->name);
+		}
+		for (size_t i = 0; i < ARRAY_SIZE(skeleton); i++) {
+			r = mkdir_owned(rootfd, skeleton[i].path, skeleton[i].mode, uid, uid);
+			if (r < 0)
+				return al_error_set_errno(err, r, "cannot create /%s", skeleton[i].path);
+		}
+		for (size_t i = 0; i < plan->n_layers; i++) {
+			const struct layer *l = &plan->layers[i];
+			r = mkdir_owned(rootfd, l->target, 0755, uid, uid);
+			if (r < 0)
+				return al_error_set_errno(err, r, "cannot create /%s", l->target);
+			int upperfd = -1;
+			r = prepare_layer_dirs(plan, l, &upperfd);
+			if (r >= 0 && strcmp(l->target, "etc") == 0)
+				r = prepare_etc(upperfd, plan->spec, uid);
+			safe_close(upperfd);
+			if (r < 0)
+				return al_error_set_errno(err, r, "cannot prepare /%s", l->target);
+		}
+		return 0;
+	}
+	const struct layer *l = &plan->layers[0];
+	int upperfd = -1;
+	r = prepare_layer_dirs(plan, l, &upperfd);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot prepare the image layer");
+	/* Mount points the image may lack, made in the upper layer. */
+	static const char *const points[] = { "tmp", "proc", "dev", "workspace", "etc" };
+	for (size_t i = 0; i < ARRAY_SIZE(points) && r >= 0; i++) {
+		char path[SBX_PATH_MAX];
+		struct stat pst;
+		if (fmt(path, sizeof(path), "%s/%s", l->lower, points[i]) == 0 &&
+		    lstat(path, &pst) == 0 && S_ISDIR(pst.st_mode))
+			continue;
+		unlinkat(upperfd, points[i], 0);
+		r = mkdir_owned(upperfd, points[i], strcmp(points[i], "tmp") ? 0755 : 01777, uid, uid);
+	}
+	safe_close(upperfd);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot prepare the image's mount points");
+	return 0;
+}
+
 
 static int sys_open_tree(int dfd, const char *path, unsigned flags)
 {
@@ -573,7 +607,7 @@ static int mount_layer(const struct sbx_rootfs_plan *plan, const struct layer *l
 		       struct al_error *err)
 {
 	char staged[SBX_PATH_MAX], target[SBX_PATH_MAX], opts[3 * SBX_PATH_MAX + 128];
-	if (fmt(staged, sizeof(staged), "%s/lower/%s", plan->dir, l->name) < 0 ||
+	if (fmt(staged, sizeof(staged), "%s/lower/%s", plan->mnt, l->name) < 0 ||
 	    fmt(target, sizeof(target), "%s%s%s", plan->root, *l->target ? "/" : "", l->target) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	if (mkdir(staged, 0700) < 0 && errno != EEXIST)
@@ -703,6 +737,14 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 	/* Nothing we mount may propagate back to the host. */
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		return al_error_set_errno(err, -errno, "cannot make mounts private");
+	char opts0[96] = "mode=0700";
+	if (plan->state_size)
+		snprintf(opts0, sizeof(opts0), "mode=0700,size=%" PRIu64, plan->state_size);
+	if (mount("tmpfs", plan->mnt, "tmpfs", MS_NOSUID | MS_NODEV, opts0) < 0)
+		return al_error_set_errno(err, -errno, "cannot mount the sandbox's tmpfs");
+	int rb = build_tree(plan, err);
+	if (rb < 0)
+		return rb;
 	if (mount(plan->root, plan->root, NULL, MS_BIND, NULL) < 0)
 		return al_error_set_errno(err, -errno, "cannot bind %s", plan->root);
 	if (mount(NULL, plan->root, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)

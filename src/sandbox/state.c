@@ -6,9 +6,11 @@
  * Layout under the state directory (root-only, 0700):
  *   <id>/state        key=value lines, written atomically
  *   <id>/lock         flock()ed while the sandbox is being created or destroyed
- *   <id>/root         the sandbox's "/" (system directories are overlays on it)
- *   <id>/upper, work  overlay upper and work directories, one per layer
- *   <id>/workspace    the fresh workspace when none was given
+ *   <id>/root         mount point of the sandbox's private tmpfs (only ever
+ *                     mounted inside the sandbox's mount namespace), which holds
+ *                     its "/", the overlay upper and work directories and a
+ *                     fresh workspace when none was given
+ *   <id>/env          --env of a persistent sandbox; <id>/control: its keeper
  *   slots/<n>         symlink to the id owning host uid range n
  */
 #include "sandbox/internal.h"
@@ -69,10 +71,7 @@ int sbx_paths_init(const struct sbx_settings *set, const char *id, struct sbx_pa
 	if (!sbx_id_valid(id))
 		return al_error_set(err, -EINVAL, "invalid sandbox id '%s'", id);
 	if (path_join(p->dir, sizeof(p->dir), set->state_dir, id) < 0 ||
-	    path_join(p->root, sizeof(p->root), p->dir, "root") < 0 ||
-	    path_join(p->upper, sizeof(p->upper), p->dir, "upper") < 0 ||
-	    path_join(p->work, sizeof(p->work), p->dir, "work") < 0 ||
-	    path_join(p->workspace, sizeof(p->workspace), p->dir, "workspace") < 0)
+	    path_join(p->root, sizeof(p->root), p->dir, "root") < 0)
 		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
 	return 0;
 }
