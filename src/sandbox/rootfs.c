@@ -31,6 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -531,11 +534,7 @@ static int build_tree(const struct sbx_rootfs_plan *plan, struct al_error *err)
 			r = mkdir_owned(rootfd, l->target, 0755, uid, uid);
 			if (r < 0)
 				return al_error_set_errno(err, r, "cannot create /%s", l->target);
-			int upperfd = -1;
-			r = prepare_layer_dirs(plan, l, &upperfd);
-			if (r >= 0 && strcmp(l->target, "etc") == 0)
-				r = prepare_etc(upperfd, plan->spec, uid);
-			safe_close(upperfd);
+			r = prepare_layer_dirs(plan, l, NULL);
 			if (r < 0)
 				return al_error_set_errno(err, r, "cannot prepare /%s", l->target);
 		}
@@ -731,6 +730,24 @@ static int mount_proc(const char *root, struct al_error *err)
 	return 0;
 }
 
+/* Forks the process that writes /etc's whiteouts and files into its upper
+ * layer; it exits with 0 or an errno. */
+static pid_t start_etc_scan(const struct sbx_rootfs_plan *plan, const struct layer *etc)
+{
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid < 0 ? -errno : pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	char up[SBX_PATH_MAX];
+	if (fmt(up, sizeof(up), "%s/%s", plan->upper, etc->name) < 0)
+		_exit(ENAMETOOLONG);
+	int upperfd = open(up, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (upperfd < 0)
+		_exit(errno);
+	int r = prepare_etc(upperfd, plan->spec, plan->uid);
+	_exit(r < 0 ? (-r > 255 ? EIO : -r) : 0);
+}
+
 int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_userns_fd,
 		     struct al_error *err)
 {
@@ -750,7 +767,24 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 	if (mount(NULL, plan->root, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
 		return al_error_set_errno(err, -errno, "cannot remount %s", plan->root);
 
+	/*
+	 * Hiding /etc's secrets means a stat of every entry of /etc: the
+	 * largest part of a sandbox's set-up. A second process does it while
+	 * this one mounts everything else; /etc is mounted last.
+	 */
+	const struct layer *etc = NULL;
+	pid_t scanner = -1;
+	for (size_t i = 0; plan->host_image && i < plan->n_layers; i++)
+		if (strcmp(plan->layers[i].target, "etc") == 0)
+			etc = &plan->layers[i];
+	if (etc) {
+		scanner = start_etc_scan(plan, etc);
+		if (scanner < 0)
+			return al_error_set_errno(err, scanner, "cannot start the /etc scan");
+	}
 	for (size_t i = 0; i < plan->n_layers; i++) {
+		if (&plan->layers[i] == etc)
+			continue;
 		int r = mount_layer(plan, &plan->layers[i], userns_fd, err);
 		if (r < 0)
 			return r;
@@ -781,6 +815,18 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 		if (mount(plan->workspace, path, NULL, MS_BIND, NULL) < 0 ||
 		    mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
 			return al_error_set_errno(err, -errno, "cannot bind the workspace");
+	}
+
+	if (etc) {
+		int st;
+		while (waitpid(scanner, &st, 0) < 0 && errno == EINTR)
+			;
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			return al_error_set(err, -EIO, "cannot hide the host's secrets in /etc: %s",
+					    WIFEXITED(st) ? strerror(WEXITSTATUS(st)) : "scan killed");
+		r = mount_layer(plan, etc, userns_fd, err);
+		if (r < 0)
+			return r;
 	}
 
 	/* Switch to the new root; the old one is detached entirely. */
