@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -171,10 +172,11 @@ static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct re
 		sbx_msg_send(s, SBX_MSG_ERROR, -errno, "cannot enter the sandbox's namespaces");
 		_exit(125);
 	}
-	/* A pipe whose write end only E1 holds: E2 sees E1's death as a
-	 * hang-up even if E1 died before E2 could ask for SIGKILL. */
-	int alive[2];
-	if (pipe2(alive, O_CLOEXEC) < 0)
+	/* Pipes whose write ends only the parent holds: a child sees its
+	 * parent's death as a hang-up even if the parent died before the
+	 * child could ask for SIGKILL on it. */
+	int alive[2], ealive[2];
+	if (pipe2(alive, O_CLOEXEC) < 0 || pipe2(ealive, O_CLOEXEC) < 0)
 		_exit(125);
 	pid_t e1 = fork();
 	if (e1 < 0) {
@@ -182,29 +184,40 @@ static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct re
 		_exit(125);
 	}
 	if (e1 == 0) {
-		/* E1: its children get a pid namespace of their own. */
-		if (unshare(CLONE_NEWPID) < 0) {
-			sbx_msg_send(s, SBX_MSG_ERROR, -errno, "cannot create a pid namespace");
+		/* E1: its children get a pid namespace of their own, and a mount
+		 * namespace whose /proc shows that pid namespace, so that a
+		 * command's pids and /proc agree. */
+		close(ealive[1]);
+		if (unshare(CLONE_NEWPID | CLONE_NEWNS) < 0) {
+			sbx_msg_send(s, SBX_MSG_ERROR, -errno, "cannot create the command's namespaces");
 			_exit(125);
 		}
-		if (setns(init_pidfd, CLONE_NEWUSER) < 0 || setgroups(0, NULL) < 0 ||
-		    setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 ||
-		    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || sbx_drop_caps() < 0) {
-			sbx_msg_send(s, SBX_MSG_ERROR, -errno,
-				     "cannot enter the sandbox's user namespace");
-			_exit(125);
-		}
-		/* (set after the credential change, which clears it) */
-		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		close(init_pidfd);
 		pid_t e2 = fork();
 		if (e2 < 0) {
 			sbx_msg_send(s, SBX_MSG_ERROR, -errno, "fork");
 			_exit(125);
 		}
 		if (e2 == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+			/* E2: pid 1 of the command's pid namespace; host root for
+			 * the /proc mount, then root inside. */
 			close(alive[1]);
+			struct al_error e = { 0 };
+			if (umount2("/proc", MNT_DETACH) < 0 ||
+			    sbx_rootfs_mount_proc("", &e) < 0) {
+				sbx_msg_send(s, SBX_MSG_ERROR, e.code ? e.code : -errno,
+					     e.code ? al_error_message(&e) : "cannot replace /proc");
+				_exit(125);
+			}
+			if (setns(init_pidfd, CLONE_NEWUSER) < 0 || setgroups(0, NULL) < 0 ||
+			    setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 ||
+			    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || sbx_drop_caps() < 0) {
+				sbx_msg_send(s, SBX_MSG_ERROR, -errno,
+					     "cannot enter the sandbox's user namespace");
+				_exit(125);
+			}
+			close(init_pidfd);
+			/* (set after the credential change, which clears it) */
+			prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 			struct pollfd pa = { .fd = alive[0], .events = POLLIN };
 			if (poll(&pa, 1, 0) != 0)
 				_exit(125);
@@ -218,6 +231,21 @@ static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct re
 			};
 			sbx_run_init(&cmd);
 		}
+		/* E1 itself becomes as harmless as the rest of the sandbox. */
+		if (setns(init_pidfd, CLONE_NEWUSER) < 0 || setgroups(0, NULL) < 0 ||
+		    setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 ||
+		    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || sbx_drop_caps() < 0) {
+			kill(e2, SIGKILL);
+			_exit(125);
+		}
+		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+		struct pollfd pe = { .fd = ealive[0], .events = POLLIN };
+		if (poll(&pe, 1, 0) != 0) {
+			kill(e2, SIGKILL);
+			_exit(125);
+		}
+		close(ealive[0]);
+		close(init_pidfd);
 		close(alive[0]);
 		sbx_stdio_close(io);
 		close(s);
@@ -228,8 +256,27 @@ static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct re
 	}
 	close(alive[0]);
 	close(alive[1]);
-	sbx_msg_send(s, SBX_MSG_STARTED, e1, NULL);
+	close(ealive[0]);
 	sbx_stdio_close(io);
+	/*
+	 * Wait for E1; if the client goes away first (killed, say), the
+	 * command goes too: nothing of an exec outlives the one who asked.
+	 */
+	int e1fd = (int)syscall(SYS_pidfd_open, e1, 0);
+	for (;;) {
+		struct pollfd w[2] = {
+			{ .fd = e1fd, .events = POLLIN },
+			{ .fd = s, .events = POLLRDHUP },
+		};
+		if (poll(w, 2, -1) < 0 && errno != EINTR)
+			break;
+		if (w[0].revents)
+			break;
+		if (w[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+			kill(e1, SIGKILL);
+			break;
+		}
+	}
 	close(s);
 	int wst;
 	while (waitpid(e1, &wst, 0) < 0 && errno == EINTR)
@@ -283,8 +330,16 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd)
 		exec_child(init_pidfd, &req, &io, msg.fds[3]);
 	}
 	request_free(&req);
+	/* The client gets a pidfd, never a bare pid it would have to trust. */
 	int32_t v = pid;
-	(void)ipc_send(conn, KEEPER_OK, &v, sizeof(v), NULL, 0);
+	int efd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (efd < 0) {
+		kill(pid, SIGKILL);
+		keeper_reply_err(conn, "cannot open the helper's pidfd");
+		return;
+	}
+	(void)ipc_send(conn, KEEPER_OK, &v, sizeof(v), &efd, 1);
+	close(efd);
 }
 
 void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid)
@@ -397,7 +452,7 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 		return al_error_set_errno(err, r, "cannot reach the sandbox's keeper");
 	}
 	static const struct ipc_type replies[] = {
-		{ .type = KEEPER_OK, .max_len = sizeof(int32_t), .max_fds = 0 },
+		{ .type = KEEPER_OK, .max_len = sizeof(int32_t), .max_fds = 1 },
 		{ .type = KEEPER_ERR, .max_len = 512, .max_fds = 0 },
 	};
 	_cleanup_ipc_msg_ struct ipc_msg reply = IPC_MSG_INIT;
@@ -409,12 +464,10 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 		bool terminated = reply.len > 0 && memchr(reply.data, '\0', reply.len);
 		r = al_error_set(err, -EIO, "the sandbox refused the command: %s",
 				 terminated ? (const char *)reply.data : "(no reason)");
-	} else if (reply.len != sizeof(int32_t)) {
+	} else if (reply.len != sizeof(int32_t) || reply.n_fds != 1) {
 		r = al_error_set(err, -EBADMSG, "malformed answer from the sandbox's keeper");
 	} else {
-		int32_t pid;
-		memcpy(&pid, reply.data, sizeof(pid));
-		helper = pid > 1 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
+		helper = ipc_msg_take_fd(&reply, 0);
 	}
 	if (r >= 0) {
 		st.cg.dirfd = -1;

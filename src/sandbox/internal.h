@@ -95,12 +95,21 @@ int sbx_seccomp_load(void);
 struct sbx_rootfs_plan;
 int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, uint32_t uid,
 		       struct sbx_rootfs_plan **ret, struct al_error *err);
+/* rootfs.c: host side, once the user namespaces exist: turns the plan's
+ * directories into detached (idmapped) mounts the init can attach. */
+int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_userns_fd,
+			  struct al_error *err);
 /* rootfs.c: inside the new mount namespace, as host root, before joining
  * the sandbox's user namespace. */
 int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_userns_fd,
 		     struct al_error *err);
+/* Mounts a fresh /proc (for the caller's pid namespace) under root, with
+ * the kernel's global knobs read-only or hidden. */
+int sbx_rootfs_mount_proc(const char *root, struct al_error *err);
 bool sbx_rootfs_plan_needs_ws_userns(const struct sbx_rootfs_plan *plan, uint32_t *ret_owner);
 void sbx_rootfs_plan_free(struct sbx_rootfs_plan *plan);
+/* The descriptors the plan holds (a process that closes the rest keeps these). */
+size_t sbx_rootfs_plan_fds(const struct sbx_rootfs_plan *plan, int *out, size_t max);
 static inline void sbx_rootfs_plan_freep(struct sbx_rootfs_plan **p)
 {
 	sbx_rootfs_plan_free(*p);

@@ -526,6 +526,14 @@ static int validate_spec(const struct sbx_settings *set, const struct sbx_spec *
 		if (!ok)
 			return al_error_set(err, -EINVAL, "invalid hostname '%s'", spec->hostname);
 	}
+	const char *paths[] = { spec->workspace, spec->image };
+	for (size_t i = 0; i < ARRAY_SIZE(paths); i++) {
+		for (const char *c = paths[i]; c && *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				return al_error_set(err, -EINVAL,
+						    "%s path contains a control character",
+						    i == 0 ? "workspace" : "image");
+	}
 	if (spec->n_env > SBX_MAX_ENV)
 		return al_error_set(err, -E2BIG, "too many --env (at most %d)", SBX_MAX_ENV);
 	for (size_t i = 0; i < spec->n_env; i++) {
@@ -734,11 +742,9 @@ static int start_ephemeral(const struct init_args *a, struct sandbox *sb, struct
 		close(go);
 		return al_error_set_errno(err, r, "cannot place the sandbox in its cgroup");
 	}
-	if (write(go, "g", 1) != 1)
-		r = -errno;
+	/* A failed write means the init is gone: its reason is on the channel. */
+	(void)!write(go, "g", 1);
 	close(go);
-	if (r < 0)
-		return al_error_set_errno(err, r, "cannot start the sandbox");
 	if (a->cmd)
 		sbx_stdio_close_child_ends(a->cmd->io);
 	r = recv_ready(sb->status_fd, err);
@@ -812,8 +818,9 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 		close(kgo[0]);
 		/* Nothing of the supervisor's stays open here: above all not the
 		 * sandbox's lock, which would then be held for the keeper's life. */
-		int keep[] = { 0, 1, 2, lfd, rep[1], a->userns_fd, a->ws_userns_fd };
-		if (close_all_fds_except(keep, ARRAY_SIZE(keep)) < 0)
+		int keep[8 + 2 * 16] = { 0, 1, 2, lfd, rep[1], a->userns_fd, a->ws_userns_fd };
+		size_t n_keep = 7 + sbx_rootfs_plan_fds(a->plan, keep + 7, ARRAY_SIZE(keep) - 7);
+		if (close_all_fds_except(keep, n_keep) < 0)
 			_exit(125);
 		setsid();
 		/* The keeper must outlive any memory pressure inside. */
@@ -833,7 +840,16 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 			_exit(125);
 		}
 		close(chan);
-		sbx_msg_send(rep[1], SBX_MSG_STARTED, ipid, NULL);
+		/* The init is our unreaped child: its pid cannot be reused
+		 * before we read its start time and report both. */
+		uint64_t istart;
+		char text[32];
+		if (sbx_proc_starttime(ipid, &istart) < 0) {
+			sbx_msg_send(rep[1], SBX_MSG_ERROR, -ESRCH, "the sandbox's init died");
+			_exit(125);
+		}
+		snprintf(text, sizeof(text), "%" PRIu64, istart);
+		sbx_msg_send(rep[1], SBX_MSG_STARTED, ipid, text);
 		close(rep[1]);
 		int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 		if (devnull >= 0) {
@@ -870,12 +886,13 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 	if (r < 0)
 		return r;
 	sb->state.init_pid = (pid_t)m.value;
-	sb->init_pidfd = (int)syscall(SYS_pidfd_open, sb->state.init_pid, 0);
+	if (parse_u64(m.text, &sb->state.init_start) < 0)
+		return al_error_set(err, -EBADMSG, "unexpected message from the keeper");
+	sb->init_pidfd = sbx_pidfd_if_same(sb->state.init_pid, sb->state.init_start);
 	if (sb->init_pidfd < 0)
-		return al_error_set_errno(err, -errno, "the sandbox died during setup");
-	r = sbx_proc_starttime(sb->state.init_pid, &sb->state.init_start);
-	if (r >= 0)
-		r = sbx_proc_starttime(kpid, &sb->state.keeper_start);
+		return al_error_set(err, -ESRCH, "the sandbox died during setup");
+	/* The keeper is our child and not reaped: its pid is still its own. */
+	r = sbx_proc_starttime(kpid, &sb->state.keeper_start);
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot read the sandbox's start time");
 	r = sbx_state_write(&sb->paths, &sb->state);
@@ -961,6 +978,10 @@ static int sandbox_start(const struct sbx_settings *set, const struct sbx_spec *
 			return al_error_set_errno(err, ws_userns_fd,
 						  "cannot create the workspace id mapping");
 	}
+
+	r = sbx_rootfs_make_trees(plan, userns_fd, ws_userns_fd, err);
+	if (r < 0)
+		return r;
 
 	struct init_args ia = {
 		.spec = spec,

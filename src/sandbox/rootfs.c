@@ -21,6 +21,7 @@
 #include "sandbox/internal.h"
 
 #include <dirent.h>
+#include <linux/openat2.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -48,6 +49,10 @@
 #define ETC_SCAN_MAX_DEPTH 16
 
 struct layer {
+	int fd;                   /* O_PATH descriptor of the lower directory, then
+				   * (sbx_rootfs_make_trees) a detached clone of it */
+	struct stat st;           /* of the lower directory, on the host */
+	unsigned missing_points;  /* image: mount points it lacks (bit i: points[i]) */
 	char name[32];            /* directory name under upper/ and work/ */
 	char lower[SBX_PATH_MAX]; /* host path */
 	char target[SBX_PATH_MAX]; /* path inside the sandbox, "" for "/" */
@@ -67,6 +72,7 @@ struct sbx_rootfs_plan {
 	char workspace[SBX_PATH_MAX];
 	bool ws_idmap;
 	uint32_t ws_uid, ws_gid; /* on-disk owner of the workspace */
+	int ws_fd;               /* O_PATH descriptor of --workspace, or -1 */
 	uint32_t uid;            /* host uid of root inside */
 	uint64_t tmp_size;
 	uint64_t state_size;     /* of the private tmpfs holding "/" and the upper layers */
@@ -91,6 +97,9 @@ static const char *const etc_hidden[] = {
 	"airlock", "shadow", "shadow-", "gshadow", "gshadow-", "ssl/private",
 	"security/opasswd", "krb5.keytab", "machine-id",
 };
+
+/* What an image must have (or is given in its upper layer). */
+static const char *const image_points[] = { "tmp", "proc", "dev", "workspace", "etc" };
 
 /* Fresh directories of the sandbox's own (name, mode). */
 static const struct {
@@ -118,7 +127,38 @@ static int fmt(char *out, size_t size, const char *f, ...)
 
 void sbx_rootfs_plan_free(struct sbx_rootfs_plan *plan)
 {
+	if (!plan)
+		return;
+	safe_close(plan->ws_fd);
+	for (size_t i = 0; i < plan->n_layers; i++)
+		safe_close(plan->layers[i].fd);
 	free(plan);
+}
+
+size_t sbx_rootfs_plan_fds(const struct sbx_rootfs_plan *plan, int *out, size_t max)
+{
+	size_t n = 0;
+	if (plan->ws_fd >= 0 && n < max)
+		out[n++] = plan->ws_fd;
+	for (size_t i = 0; i < plan->n_layers && n < max; i++)
+		out[n++] = plan->layers[i].fd;
+	return n;
+}
+
+/*
+ * Opens a directory the caller named, following no symbolic link on the
+ * way: a link could have been planted by an earlier sandbox (in its own
+ * workspace, say) to send this one somewhere else. The descriptor is used
+ * from then on, so nothing can be swapped between the checks and the mount.
+ */
+static int open_dir_no_links(const char *path)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+	};
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+	return fd < 0 ? -errno : fd;
 }
 
 bool sbx_rootfs_plan_needs_ws_userns(const struct sbx_rootfs_plan *plan, uint32_t *ret_owner)
@@ -326,36 +366,45 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 		plan->fresh_workspace = true;
 		return 0;
 	}
-	char *real = realpath(spec->workspace, NULL);
-	if (!real)
-		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
-	int r = fmt(plan->workspace, sizeof(plan->workspace), "%s", real);
-	free(real);
-	if (r < 0)
-		return al_error_set(err, r, "workspace path too long");
-	struct stat st;
-	if (stat(plan->workspace, &st) < 0)
-		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
-	if (!S_ISDIR(st.st_mode))
+	int fd = open_dir_no_links(spec->workspace);
+	if (fd == -ELOOP)
+		return al_error_set(err, -ELOOP,
+				    "workspace %s goes through a symbolic link: give its real path",
+				    spec->workspace);
+	if (fd == -ENOTDIR)
 		return al_error_set(err, -ENOTDIR, "workspace %s is not a directory", spec->workspace);
+	if (fd < 0)
+		return al_error_set_errno(err, fd, "workspace %s", spec->workspace);
+	plan->ws_fd = fd;
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
 	if (st.st_uid >= plan->uid && st.st_uid < plan->uid + SBX_RANGE) {
 		/* Already in this sandbox's own range: shown as it is. */
 		return 0;
 	}
 	if (st.st_uid != 0) {
-		/* Inside, the workspace's owner is root; files the sandbox
-		 * creates belong to that owner on the host. */
+		/* Inside, the workspace's owner and group are root's; files the
+		 * sandbox creates belong to them on the host. The group must be
+		 * mapped (the kernel refuses writes to a directory whose group
+		 * has no name inside), so it must not be the host's root group. */
+		gid_t gid = st.st_gid;
+		if (gid == 0)
+			return al_error_set(err, -EPERM,
+					    "workspace %s belongs to group root: give it the owner's "
+					    "group (chgrp) so files made inside never belong to root",
+					    spec->workspace);
 		plan->ws_idmap = true;
 		plan->ws_uid = (uint32_t)st.st_uid;
-		plan->ws_gid = (uint32_t)st.st_gid;
+		plan->ws_gid = (uint32_t)gid;
 		return 0;
 	}
 	/* Owned by host root: the sandbox must never create root-owned files
 	 * on the host. An empty directory is handed to the sandbox's root. */
-	_cleanup_close_ int fd = open(plan->workspace, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
+	_cleanup_close_ int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
 		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
-	DIR *d = fdopendir(fcntl(fd, F_DUPFD_CLOEXEC, 3));
+	DIR *d = fdopendir(fcntl(dfd, F_DUPFD_CLOEXEC, 3));
 	if (!d)
 		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
 	bool empty = true;
@@ -370,7 +419,7 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 				    "unprivileged owner (chown -R USER %s) so files made inside are "
 				    "never owned by root on the host",
 				    spec->workspace, spec->workspace);
-	if (fchown(fd, plan->uid, plan->uid) < 0)
+	if (fchown(dfd, plan->uid, plan->uid) < 0)
 		return al_error_set_errno(err, -errno, "cannot hand workspace to the sandbox");
 	return 0;
 }
@@ -384,9 +433,12 @@ static int add_layer(struct sbx_rootfs_plan *plan, const char *lower, const char
 	if (fmt(l->lower, sizeof(l->lower), "%s", lower) < 0 ||
 	    fmt(l->target, sizeof(l->target), "%s", target) < 0)
 		return -ENAMETOOLONG;
-	if (!path_ok_for_overlay(l->lower))
-		return -EINVAL;
+	l->fd = open_dir_no_links(lower);
+	if (l->fd < 0)
+		return l->fd;
 	plan->n_layers++;
+	if (fstat(l->fd, &l->st) < 0)
+		return -errno;
 	return 0;
 }
 
@@ -397,11 +449,9 @@ static int prepare_layer_dirs(const struct sbx_rootfs_plan *plan, const struct l
 	if (fmt(up, sizeof(up), "%s/%s", plan->upper, l->name) < 0 ||
 	    fmt(wk, sizeof(wk), "%s/%s", plan->work, l->name) < 0)
 		return -ENAMETOOLONG;
-	struct stat st;
-	if (stat(l->lower, &st) < 0)
-		return -errno;
-	int r = mkdir_owned(AT_FDCWD, up, st.st_mode & 07777, shift(plan->uid, st.st_uid),
-			    shift(plan->uid, st.st_gid));
+	const struct stat *st = &l->st;
+	int r = mkdir_owned(AT_FDCWD, up, st->st_mode & 07777, shift(plan->uid, st->st_uid),
+			    shift(plan->uid, st->st_gid));
 	if (r < 0)
 		return r;
 	r = mkdir_owned(AT_FDCWD, wk, 0700, 0, 0);
@@ -418,9 +468,10 @@ static int prepare_layer_dirs(const struct sbx_rootfs_plan *plan, const struct l
 int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, uint32_t uid,
 		       struct sbx_rootfs_plan **ret, struct al_error *err)
 {
-	_cleanup_free_ struct sbx_rootfs_plan *plan = calloc(1, sizeof(*plan));
+	_cleanup_(sbx_rootfs_plan_freep) struct sbx_rootfs_plan *plan = calloc(1, sizeof(*plan));
 	if (!plan)
 		return al_error_set(err, -ENOMEM, "out of memory");
+	plan->ws_fd = -1;
 	plan->uid = uid;
 	plan->spec = spec;
 	memcpy(plan->dir, p->dir, sizeof(plan->dir));
@@ -472,22 +523,23 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 				return al_error_set_errno(err, r, "cannot use /%s", host_layers[i]);
 		}
 	} else {
-		char *real = realpath(spec->image, NULL);
-		if (!real)
-			return al_error_set_errno(err, -errno, "image %s", spec->image);
-		struct stat st;
-		r = stat(real, &st) < 0 ? -errno : (S_ISDIR(st.st_mode) ? 0 : -ENOTDIR);
-		if (r >= 0 && strcmp(real, "/") == 0)
-			r = -EINVAL;
-		if (r >= 0)
-			r = add_layer(plan, real, "");
-		free(real);
+		if (strcmp(spec->image, "/") == 0)
+			return al_error_set(err, -EINVAL, "image / is the host itself: use --image host");
+		r = add_layer(plan, spec->image, "");
+		if (r == -ELOOP)
+			return al_error_set(err, r, "image %s goes through a symbolic link: give its real "
+					    "path", spec->image);
 		if (r < 0)
 			return al_error_set_errno(err, r, "image %s cannot be used", spec->image);
-		char bin[SBX_PATH_MAX];
-		if (fmt(bin, sizeof(bin), "%s/bin", plan->layers[0].lower) < 0 || access(bin, F_OK) < 0)
+		struct layer *l = &plan->layers[0];
+		struct stat st;
+		if (fstatat(l->fd, "bin", &st, 0) < 0)
 			return al_error_set(err, -ENOENT,
 					    "image %s has no /bin: not a root filesystem", spec->image);
+		for (size_t i = 0; i < ARRAY_SIZE(image_points); i++)
+			if (fstatat(l->fd, image_points[i], &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+			    !S_ISDIR(st.st_mode))
+				l->missing_points |= 1u << i;
 	}
 	*ret = TAKE_PTR(plan);
 	return 0;
@@ -545,16 +597,13 @@ static int build_tree(const struct sbx_rootfs_plan *plan, struct al_error *err)
 	r = prepare_layer_dirs(plan, l, &upperfd);
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot prepare the image layer");
-	/* Mount points the image may lack, made in the upper layer. */
-	static const char *const points[] = { "tmp", "proc", "dev", "workspace", "etc" };
-	for (size_t i = 0; i < ARRAY_SIZE(points) && r >= 0; i++) {
-		char path[SBX_PATH_MAX];
-		struct stat pst;
-		if (fmt(path, sizeof(path), "%s/%s", l->lower, points[i]) == 0 &&
-		    lstat(path, &pst) == 0 && S_ISDIR(pst.st_mode))
+	/* Mount points the image lacks, made in the upper layer. */
+	for (size_t i = 0; i < ARRAY_SIZE(image_points) && r >= 0; i++) {
+		if (!(l->missing_points & (1u << i)))
 			continue;
-		unlinkat(upperfd, points[i], 0);
-		r = mkdir_owned(upperfd, points[i], strcmp(points[i], "tmp") ? 0755 : 01777, uid, uid);
+		unlinkat(upperfd, image_points[i], 0);
+		r = mkdir_owned(upperfd, image_points[i],
+				strcmp(image_points[i], "tmp") ? 0755 : 01777, uid, uid);
 	}
 	safe_close(upperfd);
 	if (r < 0)
@@ -579,26 +628,59 @@ static int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char
 	return (int)syscall(SYS_move_mount, from_dfd, from, to_dfd, to, flags);
 }
 
-/* Attaches a read-only clone of src, with ids shifted through userns_fd. */
-static int idmapped_bind(const char *src, const char *dst, int userns_fd, bool readonly,
-			 struct al_error *err)
+/* A detached clone of the directory src_fd: nosuid, nodev, with ids shifted
+ * through userns_fd unless it is -1. Made in the host's mount namespace
+ * (where src_fd lives); the init attaches it in its own. */
+static int make_tree(int src_fd, const char *what, int userns_fd, bool readonly,
+		     struct al_error *err)
 {
-	_cleanup_close_ int fd =
-		sys_open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	int fd = sys_open_tree(src_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
 	if (fd < 0)
-		return al_error_set_errno(err, -errno, "open_tree %s", src);
+		return al_error_set_errno(err, -errno, "open_tree %s", what);
 	struct mount_attr attr = {
-		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-			    (readonly ? MOUNT_ATTR_RDONLY : 0),
-		.userns_fd = (uint64_t)userns_fd,
+		.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (readonly ? MOUNT_ATTR_RDONLY : 0),
 	};
-	if (sys_mount_setattr(fd, "", AT_EMPTY_PATH, &attr) < 0)
-		return al_error_set_errno(err, -errno,
+	if (userns_fd >= 0) {
+		attr.attr_set |= MOUNT_ATTR_IDMAP;
+		attr.userns_fd = (uint64_t)userns_fd;
+	}
+	if (sys_mount_setattr(fd, "", AT_EMPTY_PATH, &attr) < 0) {
+		int r = -errno;
+		close(fd);
+		return al_error_set_errno(err, r,
 					  "cannot make an idmapped mount of %s (needs Linux 5.19+ "
 					  "and a filesystem that supports it; see `airlock doctor`)",
-					  src);
-	if (sys_move_mount(fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-		return al_error_set_errno(err, -errno, "move_mount %s", dst);
+					  what);
+	}
+	return fd;
+}
+
+int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_userns_fd,
+			  struct al_error *err)
+{
+	for (size_t i = 0; i < plan->n_layers; i++) {
+		struct layer *l = &plan->layers[i];
+		int t = make_tree(l->fd, l->lower, userns_fd, true, err);
+		if (t < 0)
+			return t;
+		close(l->fd);
+		l->fd = t;
+	}
+	if (plan->ws_fd >= 0) {
+		int t = make_tree(plan->ws_fd, "the workspace", plan->ws_idmap ? ws_userns_fd : -1,
+				  false, err);
+		if (t < 0)
+			return t;
+		close(plan->ws_fd);
+		plan->ws_fd = t;
+	}
+	return 0;
+}
+
+static int attach_tree(int tree_fd, const char *dst, struct al_error *err)
+{
+	if (sys_move_mount(tree_fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		return al_error_set_errno(err, -errno, "cannot attach a mount at %s", dst);
 	return 0;
 }
 
@@ -611,7 +693,7 @@ static int mount_layer(const struct sbx_rootfs_plan *plan, const struct layer *l
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	if (mkdir(staged, 0700) < 0 && errno != EEXIST)
 		return al_error_set_errno(err, -errno, "mkdir %s", staged);
-	int r = idmapped_bind(l->lower, staged, userns_fd, true, err);
+	int r = attach_tree(l->fd, staged, err);
 	if (r < 0)
 		return r;
 	if (fmt(opts, sizeof(opts),
@@ -681,7 +763,7 @@ static int mount_dev(const char *root, uint32_t uid, struct al_error *err)
 	return 0;
 }
 
-static int mount_proc(const char *root, struct al_error *err)
+int sbx_rootfs_mount_proc(const char *root, struct al_error *err)
 {
 	char proc[SBX_PATH_MAX];
 	if (fmt(proc, sizeof(proc), "%s/proc", root) < 0)
@@ -801,17 +883,18 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 	int r = mount_dev(plan->root, plan->uid, err);
 	if (r < 0)
 		return r;
-	r = mount_proc(plan->root, err);
+	r = sbx_rootfs_mount_proc(plan->root, err);
 	if (r < 0)
 		return r;
 
 	if (fmt(path, sizeof(path), "%s/workspace", plan->root) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
-	if (plan->ws_idmap) {
-		r = idmapped_bind(plan->workspace, path, ws_userns_fd, false, err);
+	if (plan->ws_fd >= 0) {
+		r = attach_tree(plan->ws_fd, path, err);
 		if (r < 0)
 			return r;
 	} else {
+		/* The fresh workspace, in our own tmpfs. */
 		if (mount(plan->workspace, path, NULL, MS_BIND, NULL) < 0 ||
 		    mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
 			return al_error_set_errno(err, -errno, "cannot bind the workspace");

@@ -151,14 +151,24 @@ int sbx_seccomp_load(void)
 							.op = SCMP_CMP_MASKED_EQ,
 							.datum_a = bits[b],
 							.datum_b = bits[b] };
-			if (mode_calls[i].flags_arg >= 0)
-				a[n++] = (struct scmp_arg_cmp){ .arg = (unsigned)mode_calls[i].flags_arg,
-								.op = SCMP_CMP_MASKED_EQ,
-								.datum_a = O_CREAT,
-								.datum_b = O_CREAT };
-			r = add_rule_name(ctx, SCMP_ACT_ERRNO(EPERM), mode_calls[i].name, n, a);
-			if (r < 0)
-				return r;
+			if (mode_calls[i].flags_arg < 0) {
+				r = add_rule_name(ctx, SCMP_ACT_ERRNO(EPERM), mode_calls[i].name, n, a);
+				if (r < 0)
+					return r;
+				continue;
+			}
+			/* open/openat create with O_CREAT, or with O_TMPFILE
+			 * (an unnamed file that linkat can name later). */
+			const scmp_datum_t creating[] = { O_CREAT, 020000000 /* the kernel's O_TMPFILE bit */ };
+			for (size_t c = 0; c < ARRAY_SIZE(creating); c++) {
+				a[1] = (struct scmp_arg_cmp){ .arg = (unsigned)mode_calls[i].flags_arg,
+							      .op = SCMP_CMP_MASKED_EQ,
+							      .datum_a = creating[c],
+							      .datum_b = creating[c] };
+				r = add_rule_name(ctx, SCMP_ACT_ERRNO(EPERM), mode_calls[i].name, 2, a);
+				if (r < 0)
+					return r;
+			}
 		}
 	}
 
@@ -178,6 +188,17 @@ int sbx_seccomp_load(void)
 		if (fam != 0)
 			continue;
 		r = add_rule_name(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socketpair", 1, &a);
+		if (r < 0)
+			return r;
+	}
+	{
+		/* Netlink for routing information only: the kernel's uevent
+		 * broadcasts (and the rest) are host-wide. */
+		struct scmp_arg_cmp nl[] = {
+			SCMP_A0(SCMP_CMP_MASKED_EQ, MASK32, AF_NETLINK),
+			SCMP_A2(SCMP_CMP_NE, 0 /* NETLINK_ROUTE */, 0),
+		};
+		r = add_rule_name(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), "socket", 2, nl);
 		if (r < 0)
 			return r;
 	}

@@ -152,8 +152,22 @@ int sbx_lock_dir(const char *dir, bool wait)
 	return fd;
 }
 
+/* A value must stay on its line: no control characters at all. */
+static bool value_ok(const char *v)
+{
+	for (; *v; v++)
+		if ((unsigned char)*v < 0x20 || *v == 0x7f)
+			return false;
+	return true;
+}
+
 int sbx_state_write(const struct sbx_paths *p, const struct sbx_state *st)
 {
+	if (!value_ok(st->image) || !value_ok(st->workspace))
+		return -EINVAL;
+	for (int i = 0; i < SBX_CGROUP_CONTROLLERS; i++)
+		if (st->cg.present[i] && !value_ok(st->cg.path[i]))
+			return -EINVAL;
 	char buf[SBX_STATE_FILE_MAX];
 	size_t len = 0;
 #define ADD(...)                                                                                   \
@@ -232,7 +246,8 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 
 	struct sbx_state st = { .init_pid = 0 };
 	st.cg.dirfd = -1;
-	bool have_pid = false, have_uid = false, have_id = false;
+	bool have_pid = false, have_uid = false, have_id = false, have_slot = false;
+	char seen[1024] = "\n"; /* "\nkey\n..." of the keys read so far */
 	char *save = text;
 	for (char *line = save; line && *line;) {
 		char *nl = strchr(line, '\n');
@@ -244,6 +259,16 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 		*eq = '\0';
 		const char *key = line, *val = eq + 1;
 		uint64_t u;
+		/* A key twice means the file was tampered with: never pick one. */
+		char probe[64];
+		if (strlen(key) > 32)
+			goto bad;
+		snprintf(probe, sizeof(probe), "\n%s\n", key);
+		if (strstr(seen, probe))
+			goto bad;
+		if (strlen(seen) + strlen(key) + 2 >= sizeof(seen))
+			goto bad;
+		memcpy(seen + strlen(seen), probe + 1, strlen(probe)); /* "key\n" + NUL */
 		if (strcmp(key, "id") == 0) {
 			if (strcmp(val, id) != 0)
 				goto bad;
@@ -268,6 +293,7 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 			if (parse_u64(val, &u) < 0 || u >= set->uid_slots)
 				goto bad;
 			st.slot = (uint32_t)u;
+			have_slot = true;
 		} else if (strcmp(key, "uid") == 0) {
 			if (parse_u64(val, &u) < 0 || u == 0 || u > UINT32_MAX - SBX_RANGE)
 				goto bad;
@@ -287,6 +313,12 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 		} else if (strncmp(key, "cgroup", 6) == 0 && key[6] >= '0' &&
 			   key[6] < '0' + SBX_CGROUP_CONTROLLERS && key[7] == '\0') {
 			int i = key[6] - '0';
+			/* Only ever a cgroup of this sandbox's own. */
+			size_t vlen = strlen(val);
+			if (strncmp(val, "/sys/fs/cgroup/", 15) != 0 || strstr(val, "/..") ||
+			    vlen < SBX_ID_LEN + 1 || val[vlen - SBX_ID_LEN - 1] != '/' ||
+			    strcmp(val + vlen - SBX_ID_LEN, id) != 0)
+				goto bad;
 			if (copy_value(st.cg.path[i], sizeof(st.cg.path[i]), val) < 0)
 				goto bad;
 			st.cg.present[i] = true;
@@ -301,7 +333,8 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 		}
 		line = nl ? nl + 1 : NULL;
 	}
-	if (!have_id || !have_pid || !have_uid)
+	if (!have_id || !have_pid || !have_uid || !have_slot ||
+	    st.uid != set->uid_base + st.slot * SBX_RANGE)
 		goto bad;
 	*ret = st;
 	return 0;
@@ -309,7 +342,16 @@ bad:
 	return al_error_set(err, -EBADMSG, "state file of sandbox %s is damaged (run `airlock sandbox gc`)", id);
 }
 
+/* Reads the start time, and whether the process is a zombie (or dead). */
+static int proc_stat(pid_t pid, uint64_t *ret_start, bool *ret_dead);
+
 int sbx_proc_starttime(pid_t pid, uint64_t *ret)
+{
+	bool dead;
+	return proc_stat(pid, ret, &dead);
+}
+
+static int proc_stat(pid_t pid, uint64_t *ret_start, bool *ret_dead)
 {
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -323,8 +365,12 @@ int sbx_proc_starttime(pid_t pid, uint64_t *ret)
 	if (!p)
 		return -EBADMSG;
 	p++;
-	/* starttime is field 22; after ')' we are at field 3. */
-	for (int field = 2; field < 22; field++) {
+	if (p[0] != ' ' || !p[1])
+		return -EBADMSG;
+	bool dead = p[1] == 'Z' || p[1] == 'X' || p[1] == 'x';
+	/* p is at the space before field 3 (state); starttime is field 22,
+	 * nineteen fields further. */
+	for (int skip = 0; skip < 19; skip++) {
 		p = strchr(p + 1, ' ');
 		if (!p)
 			return -EBADMSG;
@@ -334,7 +380,10 @@ int sbx_proc_starttime(pid_t pid, uint64_t *ret)
 	while (*end >= '0' && *end <= '9')
 		end++;
 	*end = '\0';
-	return parse_u64(p, ret);
+	r = parse_u64(p, ret_start);
+	if (r >= 0)
+		*ret_dead = dead;
+	return r;
 }
 
 int sbx_pidfd_if_same(pid_t pid, uint64_t start)
@@ -345,8 +394,10 @@ int sbx_pidfd_if_same(pid_t pid, uint64_t start)
 	if (fd < 0)
 		return -errno;
 	uint64_t now;
-	/* Checked after pidfd_open: the pidfd now pins this exact process. */
-	if (sbx_proc_starttime(pid, &now) < 0 || now != start) {
+	bool dead;
+	/* Checked after pidfd_open: the pidfd now pins this exact process. A
+	 * zombie is not alive: its namespaces are gone already. */
+	if (proc_stat(pid, &now, &dead) < 0 || now != start || dead) {
 		close(fd);
 		return -ESRCH;
 	}

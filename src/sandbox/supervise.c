@@ -27,6 +27,7 @@
 #include "common/fdutil.h"
 
 #define PUMP_CHUNK PIPE_BUF
+#define DRAIN_MS 1000 /* output still accepted after the command's end */
 
 int sbx_msg_send(int fd, enum sbx_msg_kind kind, int32_t value, const char *text)
 {
@@ -90,11 +91,10 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 		  struct al_error *err)
 {
 	struct sbx_result res = { .outcome = SBX_EXITED };
-	_cleanup_close_ int started_fd = -1;
-	int target = kill_fd;
 	uint64_t oom_before = sbx_cgroup_oom_kills(cg);
 	uint64_t deadline = opts->timeout_ms ? now_ms() + opts->timeout_ms : 0;
 	bool have_status = false, timed_out = false, truncated_note = false;
+	uint64_t drain_deadline = 0;
 	int interrupted = 0;
 
 	/* Signals that would kill us are turned into events, so the sandbox
@@ -130,6 +130,16 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 			break;
 		if (status < 0 && !outputs_open)
 			break;
+		/*
+		 * Once the command is over (status in, killed, or the channel
+		 * gone), its output gets a moment to drain, not forever: a copy
+		 * of a pipe end handed to some other process must not hold us.
+		 */
+		bool over = status < 0 || timed_out || interrupted;
+		if (over && !drain_deadline)
+			drain_deadline = now_ms() + DRAIN_MS;
+		if (drain_deadline && now_ms() >= drain_deadline)
+			break;
 
 		struct pollfd pfd[8];
 		int n = 0, idx_status = -1, idx_sig = -1, idx_in = -1, idx_into = -1;
@@ -162,9 +172,14 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 		}
 
 		int wait = -1;
-		if (deadline && !timed_out) {
+		uint64_t next = 0;
+		if (deadline && !timed_out && !have_status)
+			next = deadline;
+		if (drain_deadline && (!next || drain_deadline < next))
+			next = drain_deadline;
+		if (next) {
 			uint64_t t = now_ms();
-			wait = t >= deadline ? 0 : (int)(deadline - t > INT_MAX ? INT_MAX : deadline - t);
+			wait = t >= next ? 0 : (int)(next - t > INT_MAX ? INT_MAX : next - t);
 		}
 		int pr = poll(pfd, (nfds_t)n, wait);
 		if (pr < 0) {
@@ -173,9 +188,8 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 			r = al_error_set_errno(err, -errno, "poll");
 			break;
 		}
-		if (deadline && !timed_out && now_ms() >= deadline) {
+		if (deadline && !timed_out && !have_status && now_ms() >= deadline) {
 			timed_out = true;
-			kill_pidfd(target);
 			kill_pidfd(kill_fd);
 		}
 		if (idx_sig >= 0 && (pfd[idx_sig].revents & POLLIN)) {
@@ -184,7 +198,6 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 				if (si.ssi_signo == SIGPIPE)
 					continue;
 				interrupted = (int)si.ssi_signo;
-				kill_pidfd(target);
 				kill_pidfd(kill_fd);
 			}
 		}
@@ -268,30 +281,23 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 			struct sbx_msg m;
 			int mr = sbx_msg_recv(status, &m);
 			if (mr == 0 && m.kind == SBX_MSG_STARTED) {
-				safe_close(started_fd);
-				started_fd = (int)syscall(SYS_pidfd_open, (pid_t)m.value, 0);
-				if (started_fd >= 0)
-					target = started_fd;
-				if (timed_out || interrupted)
-					kill_pidfd(target);
-			} else if (mr == 0 && m.kind == SBX_MSG_EXITED) {
-				res.outcome = SBX_EXITED;
-				res.status = m.value;
-				have_status = true;
-				status = -1;
-			} else if (mr == 0 && m.kind == SBX_MSG_SIGNALED) {
-				res.outcome = SBX_SIGNALED;
-				res.status = m.value;
-				have_status = true;
+				/* Informational: kills go through pidfds we hold. */
+			} else if (mr == 0 && (m.kind == SBX_MSG_EXITED || m.kind == SBX_MSG_SIGNALED)) {
+				/* A status after the deadline is the kill's, not the
+				 * command's own: the outcome stays "timed out". */
+				if (!timed_out && !interrupted) {
+					res.outcome = m.kind == SBX_MSG_EXITED ? SBX_EXITED : SBX_SIGNALED;
+					res.status = m.value;
+					have_status = true;
+				}
 				status = -1;
 			} else if (mr == 0 && m.kind == SBX_MSG_ERROR) {
 				r = al_error_set(err, m.value < 0 ? m.value : -EIO, "%s", m.text);
 				status = -1;
-				kill_pidfd(target);
+				kill_pidfd(kill_fd);
 			} else {
 				/* End of stream without a status: the sandbox died. */
 				status = -1;
-				kill_pidfd(target);
 				kill_pidfd(kill_fd);
 			}
 		}
@@ -306,7 +312,7 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 	if (interrupted) {
 		res.outcome = SBX_INTERRUPTED;
 		res.status = interrupted;
-	} else if (timed_out) {
+	} else if (timed_out && !have_status) {
 		res.outcome = SBX_TIMED_OUT;
 	} else if (sbx_cgroup_oom_kills(cg) > oom_before &&
 		   (!have_status || (res.outcome == SBX_SIGNALED && res.status == SIGKILL))) {

@@ -11,6 +11,14 @@ import pytest
 from conftest import uid_range_processes
 
 
+def wait_gone(cond, seconds=10):
+    """Waits (bounded) for a condition the kernel makes true asynchronously."""
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
 def test_persistent_sandbox_keeps_state_between_execs(airlock, workspace):
     host_etc = set(os.listdir("/etc"))
     sid = airlock.sandbox("create", "--workspace", str(workspace), "--env", "FROM_CREATE=1",
@@ -39,6 +47,10 @@ def test_persistent_sandbox_keeps_state_between_execs(airlock, workspace):
         time.sleep(3.5)
         assert not (workspace / "late").exists()
         assert airlock.sandbox("exec", sid, "--", "true").returncode == 0
+        # Each command's pids and /proc agree (tools like ps rely on it).
+        p = airlock.sandbox("exec", sid, "--", "/bin/sh", "-c",
+                            "readlink /proc/$$/exe; ps -e -o comm=", check=True)
+        assert p.stdout.decode().split() == ["/usr/bin/dash", "sh", "ps"]
     finally:
         airlock.sandbox("destroy", sid, check=True)
     assert airlock.leftovers() == []
@@ -66,15 +78,16 @@ def test_gc_cleans_after_a_crash(airlock):
     while not any(l.startswith("cgroup") for l in airlock.leftovers()):
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    time.sleep(0.3)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    wait_gone(lambda: uid_range_processes() == [])
     # A persistent sandbox whose init died (as after a host crash).
     sid = airlock.sandbox("create", check=True).stdout.decode().strip()
     with open(os.path.join(airlock.state_dir, sid, "state")) as f:
         pid = int(dict(l.strip().split("=", 1) for l in f)["pid"])
     os.kill(pid, signal.SIGKILL)
-    time.sleep(0.5)
+    wait_gone(lambda: not os.path.exists(f"/proc/{pid}") or
+              open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in "ZX")
     assert airlock.leftovers() != []
     p = airlock.sandbox("gc", check=True)
     assert b"removed" in p.stdout
@@ -191,3 +204,92 @@ def test_installed_package_persists_and_never_reaches_the_host(airlock, workspac
     assert not os.path.exists("/usr/bin/airlock-test-pkg")
     r = subprocess.run(["dpkg-query", "-W", "airlock-test-pkg"], capture_output=True)
     assert r.returncode != 0
+
+
+HOLDER = r'''
+import array, socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind("\0airlock-test-holder")
+print("ready", flush=True)
+msg, anc, flags, addr = s.recvmsg(16, socket.CMSG_SPACE(64))
+time.sleep(20)
+'''
+
+SENDER = r'''
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(memoryview(__import__("array").array("i", [1, 2]))))], 0, "\0airlock-test-holder")
+print("handed over", flush=True)
+'''
+
+
+def test_exec_returns_although_another_process_holds_its_output(airlock):
+    """A command can hand its stdout to a process outside its own pid
+    namespace (another exec); its client still returns promptly."""
+    sid = airlock.sandbox("create", check=True).stdout.decode().strip()
+    holder = subprocess.Popen([airlock.bin, "sandbox", "exec", sid, "--", "python3", "-c", HOLDER],
+                              env=airlock.env, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"ready\n"
+        t0 = time.monotonic()
+        p = airlock.sandbox("exec", "--timeout", "10", sid, "--", "python3", "-c", SENDER)
+        assert p.returncode == 0, p.stderr
+        assert time.monotonic() - t0 < 5
+    finally:
+        holder.kill()
+        holder.wait()
+        airlock.sandbox("destroy", sid, check=True)
+
+
+def test_exec_command_dies_with_its_client(airlock, workspace):
+    sid = airlock.sandbox("create", "--workspace", str(workspace), check=True).stdout.decode().strip()
+    try:
+        client = subprocess.Popen([airlock.bin, "sandbox", "exec", sid, "--", "/bin/sh", "-c",
+                                   "echo started; sleep 3.123; echo alive > /workspace/late"],
+                                  env=airlock.env, stdout=subprocess.PIPE)
+        assert client.stdout.readline() == b"started\n"
+        client.kill()
+        client.wait()
+
+        def sleeper_gone():
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if b"3.123" in f.read():
+                            return False
+                except OSError:
+                    pass
+            return True
+        wait_gone(sleeper_gone)
+        time.sleep(3.5)
+        assert not (workspace / "late").exists()
+    finally:
+        airlock.sandbox("destroy", sid, check=True)
+
+
+def test_workspace_through_a_symlink_is_refused(airlock, workspace, tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    os.chown(victim, 1001, 1001)
+    os.chmod(victim, 0o700)
+    (victim / "secret").write_text("SECRET-OTHER-USER\n")
+    os.symlink(str(victim), workspace / "link")  # as a sandbox could leave it
+    p = airlock.run("--workspace", str(workspace / "link"), "--", "cat", "/workspace/secret")
+    assert p.returncode == 125 and b"symbolic link" in p.stderr
+    assert b"SECRET" not in p.stdout
+
+
+def test_control_characters_in_paths_refused(airlock, tmp_path):
+    evil = tmp_path / "ws\npid=1"
+    evil.mkdir()
+    os.chown(evil, 1000, 1000)
+    p = airlock.sandbox("create", "--workspace", str(evil))
+    assert p.returncode == 125 and b"control character" in p.stderr
+
+
+def test_workspace_group_root_is_refused(airlock, workspace):
+    """Files made inside would belong to the host's root group."""
+    os.chown(workspace, 1000, 0)
+    p = airlock.run("--workspace", str(workspace), "--", "touch", "/workspace/f")
+    assert p.returncode == 125 and b"group root" in p.stderr
+    assert not (workspace / "f").exists()

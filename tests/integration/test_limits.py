@@ -105,7 +105,13 @@ def test_output_streams_while_running(airlock):
     finally:
         proc.kill()
         proc.wait()
-        airlock.sandbox("gc")
+        # The sandbox dies with its supervisor (parent-death signal), a
+        # moment later; then gc removes what is left on disk.
+        deadline = time.monotonic() + 10
+        while uid_range_processes():
+            assert time.monotonic() < deadline, uid_range_processes()
+            time.sleep(0.02)
+        airlock.sandbox("gc", check=True)
 
 
 def test_exit_status_and_signals(airlock):

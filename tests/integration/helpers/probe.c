@@ -88,10 +88,14 @@ static int syscalls(void)
 	TRY("open_creat_setuid", open("/tmp/probe-suid2", O_CREAT | O_WRONLY, 04755));
 	TRY("mknod_setuid", mknod("/tmp/probe-suid3", S_IFREG | 04755, 0));
 	TRY("mknod_device", mknod("/tmp/probe-null", S_IFCHR | 0666, makedev(1, 3)));
+	TRY("open_tmpfile_setuid", open("/tmp", O_TMPFILE | O_WRONLY, 04755));
+	TRY("socket_netlink_uevent", socket(AF_NETLINK, SOCK_DGRAM, 15 /* KOBJECT_UEVENT */));
 	/* Allowed: these must still work. */
 	TRY("allowed_socket_inet", socket(AF_INET, SOCK_STREAM, 0));
 	TRY("allowed_socket_unix", socket(AF_UNIX, SOCK_STREAM, 0));
 	TRY("allowed_chmod", chmod("/tmp/probe-suid", 0700));
+	TRY("allowed_socket_netlink_route", socket(AF_NETLINK, SOCK_DGRAM, 0 /* ROUTE */));
+	TRY("allowed_open_tmpfile", open("/tmp", O_TMPFILE | O_WRONLY, 0600));
 	return 0;
 }
 

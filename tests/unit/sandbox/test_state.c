@@ -50,6 +50,29 @@ static void test_ids(void **state)
 	assert_false(sbx_id_valid("0123456789abcde/"));
 }
 
+/* The start time is field 22 of /proc/PID/stat, counted after the
+ * parenthesised command name, which may itself hold spaces and ')'. */
+static void test_starttime_is_field_22(void **state)
+{
+	char text[4096];
+	int fd = open("/proc/self/stat", O_RDONLY);
+	assert_true(fd >= 0);
+	ssize_t n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	assert_true(n > 0);
+	text[n] = '\0';
+	char *p = strrchr(text, ')') + 2; /* field 3 */
+	for (int field = 3; field < 22; field++)
+		p = strchr(p, ' ') + 1;
+	unsigned long long want = strtoull(p, NULL, 10);
+	uint64_t got;
+	assert_int_equal(sbx_proc_starttime(getpid(), &got), 0);
+	assert_int_equal(got, want);
+	/* And it is not the neighbouring field (vsize), which differs. */
+	char *next = strchr(p, ' ') + 1;
+	assert_int_not_equal(got, strtoull(next, NULL, 10));
+}
+
 static void settings(struct sbx_settings *set)
 {
 	sbx_settings_default(set);
@@ -60,7 +83,8 @@ static void test_state_round_trip_and_damage(void **state)
 {
 	struct sbx_settings set;
 	settings(&set);
-	struct sbx_state st = { .init_pid = 4242, .init_start = 99, .slot = 7, .uid = 0x60070000,
+	struct sbx_state st = { .init_pid = 4242, .init_start = 99, .slot = 7,
+				.uid = SBX_DEFAULT_UID_BASE + 7 * SBX_RANGE,
 				.created = 1700000000, .memory_bytes = 1 << 20 };
 	assert_int_equal(sbx_new_id(st.id), 0);
 	st.cg.present[0] = true;
@@ -71,13 +95,17 @@ static void test_state_round_trip_and_damage(void **state)
 	assert_int_equal(mkdir(p.dir, 0700), 0);
 	assert_int_equal(sbx_state_write(&p, &st), 0);
 
+	struct sbx_state evil = st;
+	snprintf(evil.workspace, sizeof(evil.workspace), "/tmp/ws\npid=1");
+	assert_int_equal(sbx_state_write(&p, &evil), -EINVAL);
+
 	struct sbx_state back;
 	struct al_error err = { 0 };
 	assert_int_equal(sbx_state_read(&set, st.id, &back, &err), 0);
 	assert_int_equal(back.init_pid, 4242);
 	assert_int_equal(back.init_start, 99);
 	assert_int_equal(back.slot, 7);
-	assert_int_equal(back.uid, 0x60070000);
+	assert_int_equal(back.uid, SBX_DEFAULT_UID_BASE + 7 * SBX_RANGE);
 	assert_string_equal(back.cg.path[0], st.cg.path[0]);
 	assert_true(back.cg.present[0]);
 	assert_false(back.cg.present[1]);
@@ -95,6 +123,11 @@ static void test_state_round_trip_and_damage(void **state)
 		{ true, "pid=12\nuid=5\nslot=99999\n" }, /* slot out of range */
 		{ false, "id=0000000000000000\npid=12\nuid=5\n" }, /* someone else's id */
 		{ false, "garbage" },
+		/* injected or tampered lines: */
+		{ true, "pid=12\npid=13\nuid=1610612736\nslot=0\n" },               /* key twice */
+		{ true, "pid=12\nuid=1610612737\nslot=0\n" },                        /* uid not the slot's */
+		{ true, "pid=12\nuid=1610612736\nslot=0\ncgroup1=/tmp/victim\n" },  /* foreign path */
+		{ true, "pid=12\nuid=1610612736\nslot=0\ncgroup0=/sys/fs/cgroup/memory/x/../../etc\n" },
 	};
 	char path[SBX_PATH_MAX + 16];
 	snprintf(path, sizeof(path), "%s/state", p.dir);
@@ -221,6 +254,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ids),
+		cmocka_unit_test(test_starttime_is_field_22),
 		cmocka_unit_test_setup_teardown(test_state_round_trip_and_damage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slots_are_exclusive, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rm_rf_hostile_tree, setup, teardown),
