@@ -374,6 +374,7 @@ static void __attribute__((noreturn)) exec_command(const struct sbx_command *c)
  */
 void sbx_run_init(const struct sbx_command *c)
 {
+	prctl(PR_SET_NAME, "airlock-init", 0, 0, 0);
 	/* SIGCHLD is taken synchronously: orphans reparented to us later (an
 	 * exec helper's, say) are reaped as they come. */
 	sigset_t chld;

@@ -50,7 +50,7 @@ def test_persistent_sandbox_keeps_state_between_execs(airlock, workspace):
         # Each command's pids and /proc agree (tools like ps rely on it).
         p = airlock.sandbox("exec", sid, "--", "/bin/sh", "-c",
                             "readlink /proc/$$/exe; ps -e -o comm=", check=True)
-        assert p.stdout.decode().split() == ["/usr/bin/dash", "sh", "ps"]
+        assert p.stdout.decode().split() == ["/usr/bin/dash", "airlock-init", "sh", "ps"]
     finally:
         airlock.sandbox("destroy", sid, check=True)
     assert airlock.leftovers() == []
