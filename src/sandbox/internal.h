@@ -41,6 +41,7 @@ struct sbx_state {
 	struct sbx_cgroup cg;
 	char image[256];
 	char workspace[512];
+	char etc_gen[SBX_ID_LEN + 1]; /* the /etc view in use; "" for images */
 	bool ephemeral;
 	uint64_t memory_bytes;
 };
@@ -94,7 +95,19 @@ int sbx_seccomp_load(void);
 /* rootfs.c: host side (before the sandbox's processes exist) */
 struct sbx_rootfs_plan;
 int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, uint32_t uid,
-		       struct sbx_rootfs_plan **ret, struct al_error *err);
+		       const char *etc_view, struct sbx_rootfs_plan **ret, struct al_error *err);
+
+/* etcview.c: the filtered copy of the host's /etc that sandboxes see. */
+struct sbx_etc_view {
+	char path[SBX_PATH_MAX]; /* the copy, to use as /etc's lower layer */
+	char gen[SBX_ID_LEN + 1];
+	int lock_fd; /* shared lock: keep until the sandbox has mounted it */
+};
+int sbx_etc_view(const struct sbx_settings *set, struct sbx_etc_view *ret, struct al_error *err);
+void sbx_etc_view_release(struct sbx_etc_view *v);
+/* Removes generations neither current nor in use. */
+int sbx_etc_gc(const struct sbx_settings *set, bool (*in_use)(const char *gen, void *ud),
+	       void *ud, unsigned *removed);
 /* rootfs.c: host side, once the user namespaces exist: turns the plan's
  * directories into detached (idmapped) mounts the init can attach. */
 int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_userns_fd,

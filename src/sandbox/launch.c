@@ -639,8 +639,18 @@ static void __attribute__((noreturn)) init_main(const struct init_args *a, int s
 	r = become_sandbox_root(a->userns_fd);
 	if (r < 0)
 		init_fail(st, r, "cannot enter the user namespace");
-	close(a->userns_fd);
-	safe_close(a->ws_userns_fd);
+	/* Nothing of the supervisor's stays open here (its stdio, locks,
+	 * descriptors of host directories) but what the command needs. */
+	struct sbx_stdio *io = a->cmd ? a->cmd->io : NULL;
+	int keep[] = { st, io ? io->in[0] : -1, io ? io->in[1] : -1, io ? io->out[0] : -1,
+		       io ? io->out[1] : -1, io ? io->err[0] : -1, io ? io->err[1] : -1 };
+	if (close_all_fds_except(keep, ARRAY_SIZE(keep)) < 0)
+		_exit(125);
+	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 || dup2(devnull, 2) < 0)
+		init_fail(st, -errno, "cannot open /dev/null");
+	if (devnull > 2)
+		close(devnull);
 	if (a->ephemeral) {
 		/* Die with the supervisor. The credential change above clears
 		 * the parent-death signal, so it is set here, and a supervisor
@@ -655,14 +665,8 @@ static void __attribute__((noreturn)) init_main(const struct init_args *a, int s
 		a->cmd->status_fd = st;
 		sbx_run_init(a->cmd);
 	}
-	/* Keep nothing of the host's. */
+	/* A persistent sandbox's init needs nothing at all. */
 	syscall(SYS_close_range, 3, ~0U, 0);
-	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (devnull >= 0) {
-		dup2(devnull, 0);
-		dup2(devnull, 1);
-		dup2(devnull, 2);
-	}
 	setsid();
 	sbx_run_init(NULL);
 }
@@ -953,8 +957,19 @@ static int sandbox_start(const struct sbx_settings *set, const struct sbx_spec *
 	snprintf(sb->state.workspace, sizeof(sb->state.workspace), "%s",
 		 spec->workspace ? spec->workspace : "");
 
+	/* Held (shared) until the sandbox has mounted it: see etcview.c. */
+	_cleanup_(sbx_etc_view_release) struct sbx_etc_view view = { .lock_fd = -1 };
+	const char *etc_path = NULL;
+	if (!spec->image || strcmp(spec->image, "host") == 0) {
+		r = sbx_etc_view(set, &view, err);
+		if (r < 0)
+			return r;
+		etc_path = view.path;
+		memcpy(sb->state.etc_gen, view.gen, sizeof(sb->state.etc_gen));
+	}
+
 	_cleanup_(sbx_rootfs_plan_freep) struct sbx_rootfs_plan *plan = NULL;
-	r = sbx_rootfs_prepare(spec, &sb->paths, uid, &plan, err);
+	r = sbx_rootfs_prepare(spec, &sb->paths, uid, etc_path, &plan, err);
 	if (r < 0)
 		return r;
 	if (!ephemeral) {
@@ -1180,6 +1195,33 @@ static bool id_has_live_dir(const char *id, void *ud)
 	return access(path, F_OK) == 0;
 }
 
+static bool etc_gen_in_use(const char *gen, void *ud)
+{
+	const struct sbx_settings *set = ud;
+	DIR *d = opendir(set->state_dir);
+	if (!d)
+		return true; /* cannot tell: keep it */
+	bool used = false;
+	struct dirent *de;
+	while (!used && (de = readdir(d))) {
+		if (!sbx_id_valid(de->d_name))
+			continue;
+		struct sbx_state st;
+		if (sbx_state_read(set, de->d_name, &st, NULL) < 0) {
+			/* A sandbox being created has no state yet (it holds the
+			 * view's lock meanwhile); a damaged one keeps everything. */
+			char path[SBX_PATH_MAX + 32];
+			snprintf(path, sizeof(path), "%s/%s/state", set->state_dir, de->d_name);
+			if (access(path, F_OK) == 0)
+				used = true;
+			continue;
+		}
+		used = strcmp(st.etc_gen, gen) == 0;
+	}
+	closedir(d);
+	return used;
+}
+
 int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_error *err)
 {
 	if (geteuid() != 0)
@@ -1242,6 +1284,12 @@ int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_erro
 		}
 		closedir(sd);
 	}
+	/* Views of /etc no sandbox uses any more. */
+	unsigned etc_removed = 0;
+	int er = sbx_etc_gc(set, etc_gen_in_use, (void *)set, &etc_removed);
+	removed += etc_removed;
+	if (er < 0 && ret == 0)
+		ret = al_error_set_errno(err, er, "cannot remove old views of /etc");
 	/* Cgroups without a sandbox directory. */
 	unsigned cg_removed = 0;
 	int r = sbx_cgroup_gc(set, id_has_live_dir, (void *)set, &cg_removed);

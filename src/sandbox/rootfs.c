@@ -33,8 +33,6 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
-#include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -89,13 +87,6 @@ struct sbx_rootfs_plan {
 static const char *const host_layers[] = {
 	"usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
 	"var/lib/dpkg", "var/lib/apt",
-};
-
-/* Paths below /etc hidden whatever their mode. Everything under /etc that
- * an unprivileged host user cannot read is hidden as well (scan_hidden). */
-static const char *const etc_hidden[] = {
-	"airlock", "shadow", "shadow-", "gshadow", "gshadow-", "ssl/private",
-	"security/opasswd", "krb5.keytab", "machine-id",
 };
 
 /* What an image must have (or is given in its upper layer). */
@@ -194,90 +185,6 @@ static uint32_t shift(uint32_t base, uint32_t id)
 	return id < SBX_RANGE ? base + id : base + 65534; /* nobody */
 }
 
-/* Creates the directories leading to rel in upper, mirroring owner and
- * mode of the same directories under lower, so the merged view is unchanged. */
-static int mirror_parents(int upperfd, const char *lower, const char *rel, uint32_t base)
-{
-	char buf[SBX_PATH_MAX];
-	if (fmt(buf, sizeof(buf), "%s", rel) < 0)
-		return -ENAMETOOLONG;
-	for (char *s = strchr(buf, '/'); s; s = strchr(s + 1, '/')) {
-		*s = '\0';
-		char host[SBX_PATH_MAX];
-		struct stat st;
-		if (fmt(host, sizeof(host), "%s/%s", lower, buf) < 0)
-			return -ENAMETOOLONG;
-		if (lstat(host, &st) < 0 || !S_ISDIR(st.st_mode))
-			return -ENOTDIR;
-		int r = mkdir_owned(upperfd, buf, st.st_mode & 07777, shift(base, st.st_uid),
-				    shift(base, st.st_gid));
-		if (r < 0)
-			return r;
-		*s = '/';
-	}
-	return 0;
-}
-
-static int whiteout(int upperfd, const char *lower, const char *rel, uint32_t base)
-{
-	int r = mirror_parents(upperfd, lower, rel, base);
-	if (r < 0)
-		return r;
-	if (mknodat(upperfd, rel, S_IFCHR | 0000, makedev(0, 0)) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
-/* Hides every entry an unprivileged host user could not read. */
-static int scan_hidden(int upperfd, const char *lower, const char *rel, int depth,
-		       unsigned *entries, uint32_t base)
-{
-	char path[SBX_PATH_MAX];
-	if (fmt(path, sizeof(path), "%s%s%s", lower, *rel ? "/" : "", rel) < 0)
-		return -ENAMETOOLONG;
-	DIR *d = opendir(path);
-	if (!d)
-		return -errno;
-	int ret = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (++*entries > ETC_SCAN_MAX_ENTRIES) {
-			ret = -E2BIG;
-			break;
-		}
-		struct stat st;
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			continue;
-		char sub[SBX_PATH_MAX];
-		if (fmt(sub, sizeof(sub), "%s%s%s", rel, *rel ? "/" : "", de->d_name) < 0) {
-			ret = -ENAMETOOLONG;
-			break;
-		}
-		bool hide;
-		if (S_ISLNK(st.st_mode))
-			hide = false;
-		else if (S_ISDIR(st.st_mode))
-			hide = (st.st_mode & (S_IROTH | S_IXOTH)) != (S_IROTH | S_IXOTH);
-		else if (S_ISREG(st.st_mode))
-			hide = !(st.st_mode & S_IROTH);
-		else
-			hide = true; /* sockets, fifos, devices have no business here */
-		if (hide) {
-			ret = whiteout(upperfd, lower, sub, base);
-			if (ret < 0)
-				break;
-		} else if (S_ISDIR(st.st_mode) && depth < ETC_SCAN_MAX_DEPTH) {
-			ret = scan_hidden(upperfd, lower, sub, depth + 1, entries, base);
-			if (ret < 0)
-				break;
-		}
-	}
-	closedir(d);
-	return ret;
-}
-
 static int write_upper_file(int upperfd, const char *name, const char *content, uint32_t uid)
 {
 	unlinkat(upperfd, name, 0);
@@ -293,42 +200,11 @@ static int write_upper_file(int upperfd, const char *name, const char *content, 
 	return 0;
 }
 
+/* The sandbox's own files in /etc's upper layer (the lower layer is the
+ * filtered copy of the host's /etc, see etcview.c). */
 static int prepare_etc(int upperfd, const struct sbx_spec *spec, uint32_t uid)
 {
-	unsigned entries = 0;
-	int r = scan_hidden(upperfd, "/etc", "", 0, &entries, uid);
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i < ARRAY_SIZE(etc_hidden); i++) {
-		char host[SBX_PATH_MAX];
-		struct stat st;
-		if (fmt(host, sizeof(host), "/etc/%s", etc_hidden[i]) < 0)
-			return -ENAMETOOLONG;
-		if (lstat(host, &st) < 0)
-			continue;
-		r = whiteout(upperfd, "/etc", etc_hidden[i], uid);
-		if (r < 0)
-			return r;
-	}
-	/* Host ssh keys, whatever their mode. */
-	DIR *d = opendir("/etc/ssh");
-	if (d) {
-		struct dirent *de;
-		while ((de = readdir(d))) {
-			if (strncmp(de->d_name, "ssh_host_", 9) != 0)
-				continue;
-			char rel[300];
-			if (fmt(rel, sizeof(rel), "ssh/%s", de->d_name) < 0)
-				continue;
-			r = whiteout(upperfd, "/etc", rel, uid);
-			if (r < 0)
-				break;
-		}
-		closedir(d);
-		if (r < 0)
-			return r;
-	}
-
+	int r;
 	const char *host = spec->hostname ? spec->hostname : "airlock";
 	char buf[512];
 	if (fmt(buf, sizeof(buf), "%s\n", host) < 0)
@@ -466,7 +342,7 @@ static int prepare_layer_dirs(const struct sbx_rootfs_plan *plan, const struct l
 }
 
 int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, uint32_t uid,
-		       struct sbx_rootfs_plan **ret, struct al_error *err)
+		       const char *etc_view, struct sbx_rootfs_plan **ret, struct al_error *err)
 {
 	_cleanup_(sbx_rootfs_plan_freep) struct sbx_rootfs_plan *plan = calloc(1, sizeof(*plan));
 	if (!plan)
@@ -518,7 +394,11 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 			}
 			if (!S_ISDIR(st.st_mode))
 				continue;
-			r = add_layer(plan, host, host_layers[i]);
+			/* /etc is shown through its filtered copy, never itself. */
+			bool etc = strcmp(host_layers[i], "etc") == 0;
+			if (etc && !etc_view)
+				return al_error_set(err, -EINVAL, "no view of /etc was prepared");
+			r = add_layer(plan, etc ? etc_view : host, host_layers[i]);
 			if (r < 0)
 				return al_error_set_errno(err, r, "cannot use /%s", host_layers[i]);
 		}
@@ -586,7 +466,11 @@ static int build_tree(const struct sbx_rootfs_plan *plan, struct al_error *err)
 			r = mkdir_owned(rootfd, l->target, 0755, uid, uid);
 			if (r < 0)
 				return al_error_set_errno(err, r, "cannot create /%s", l->target);
-			r = prepare_layer_dirs(plan, l, NULL);
+			int upperfd = -1;
+			r = prepare_layer_dirs(plan, l, &upperfd);
+			if (r >= 0 && strcmp(l->target, "etc") == 0)
+				r = prepare_etc(upperfd, plan->spec, uid);
+			safe_close(upperfd);
 			if (r < 0)
 				return al_error_set_errno(err, r, "cannot prepare /%s", l->target);
 		}
@@ -812,24 +696,6 @@ int sbx_rootfs_mount_proc(const char *root, struct al_error *err)
 	return 0;
 }
 
-/* Forks the process that writes /etc's whiteouts and files into its upper
- * layer; it exits with 0 or an errno. */
-static pid_t start_etc_scan(const struct sbx_rootfs_plan *plan, const struct layer *etc)
-{
-	pid_t pid = fork();
-	if (pid != 0)
-		return pid < 0 ? -errno : pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	char up[SBX_PATH_MAX];
-	if (fmt(up, sizeof(up), "%s/%s", plan->upper, etc->name) < 0)
-		_exit(ENAMETOOLONG);
-	int upperfd = open(up, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (upperfd < 0)
-		_exit(errno);
-	int r = prepare_etc(upperfd, plan->spec, plan->uid);
-	_exit(r < 0 ? (-r > 255 ? EIO : -r) : 0);
-}
-
 int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_userns_fd,
 		     struct al_error *err)
 {
@@ -849,24 +715,7 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 	if (mount(NULL, plan->root, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
 		return al_error_set_errno(err, -errno, "cannot remount %s", plan->root);
 
-	/*
-	 * Hiding /etc's secrets means a stat of every entry of /etc: the
-	 * largest part of a sandbox's set-up. A second process does it while
-	 * this one mounts everything else; /etc is mounted last.
-	 */
-	const struct layer *etc = NULL;
-	pid_t scanner = -1;
-	for (size_t i = 0; plan->host_image && i < plan->n_layers; i++)
-		if (strcmp(plan->layers[i].target, "etc") == 0)
-			etc = &plan->layers[i];
-	if (etc) {
-		scanner = start_etc_scan(plan, etc);
-		if (scanner < 0)
-			return al_error_set_errno(err, scanner, "cannot start the /etc scan");
-	}
 	for (size_t i = 0; i < plan->n_layers; i++) {
-		if (&plan->layers[i] == etc)
-			continue;
 		int r = mount_layer(plan, &plan->layers[i], userns_fd, err);
 		if (r < 0)
 			return r;
@@ -898,18 +747,6 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 		if (mount(plan->workspace, path, NULL, MS_BIND, NULL) < 0 ||
 		    mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
 			return al_error_set_errno(err, -errno, "cannot bind the workspace");
-	}
-
-	if (etc) {
-		int st;
-		while (waitpid(scanner, &st, 0) < 0 && errno == EINTR)
-			;
-		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-			return al_error_set(err, -EIO, "cannot hide the host's secrets in /etc: %s",
-					    WIFEXITED(st) ? strerror(WEXITSTATUS(st)) : "scan killed");
-		r = mount_layer(plan, etc, userns_fd, err);
-		if (r < 0)
-			return r;
 	}
 
 	/* Switch to the new root; the old one is detached entirely. */

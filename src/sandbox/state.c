@@ -193,6 +193,8 @@ int sbx_state_write(const struct sbx_paths *p, const struct sbx_state *st)
 	for (int i = 0; i < SBX_CGROUP_CONTROLLERS; i++)
 		if (st->cg.present[i])
 			ADD("cgroup%d=%s\n", i, st->cg.path[i]);
+	if (st->etc_gen[0])
+		ADD("etc=%s\n", st->etc_gen);
 	ADD("image=%s\n", st->image);
 	ADD("workspace=%s\n", st->workspace);
 #undef ADD
@@ -322,6 +324,10 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 			if (copy_value(st.cg.path[i], sizeof(st.cg.path[i]), val) < 0)
 				goto bad;
 			st.cg.present[i] = true;
+		} else if (strcmp(key, "etc") == 0) {
+			if (!sbx_id_valid(val))
+				goto bad;
+			memcpy(st.etc_gen, val, SBX_ID_LEN + 1);
 		} else if (strcmp(key, "image") == 0) {
 			if (copy_value(st.image, sizeof(st.image), val) < 0)
 				goto bad;

@@ -79,6 +79,8 @@ class Airlock:
         for entry in sorted(os.listdir(self.state_dir)) if os.path.isdir(self.state_dir) else []:
             if entry == "slots":
                 out += [f"slot {s}" for s in os.listdir(os.path.join(self.state_dir, "slots"))]
+            elif entry == ".etc":
+                continue  # the shared view of /etc: a cache, not a sandbox's
             else:
                 out.append(f"state {entry}")
         parent = self.env["AIRLOCK_CGROUP_PARENT"]

@@ -237,3 +237,37 @@ def test_no_new_privileges_and_caps(airlock):
     assert not bnd & (1 << 21), "CAP_SYS_ADMIN must be dropped"
     assert not bnd & (1 << 16), "CAP_SYS_MODULE must be dropped"
     assert bnd & (1 << 0), "CAP_CHOWN is kept for root inside"
+
+
+def test_etc_secrets_written_later_stay_out(airlock):
+    """A sandbox sees a filtered copy of /etc: a secret written into the
+    host's /etc while it runs does not appear in it, nor in new sandboxes."""
+    sid = airlock.sandbox("create", check=True).stdout.decode().strip()
+    try:
+        old_umask = os.umask(0o077)
+        try:
+            with open("/etc/airlock-test-later-secret", "w") as f:
+                f.write("SECRET-WRITTEN-LATER\n")
+        finally:
+            os.umask(old_umask)
+        with open("/etc/airlock-test-later-public", "w") as f:
+            f.write("public-written-later\n")
+        os.chmod("/etc/airlock-test-later-public", 0o644)
+        p = airlock.sandbox("exec", sid, "--", "/bin/sh", "-c",
+                            "cat /etc/airlock-test-later-secret /etc/airlock-test-later-public; true")
+        assert b"SECRET" not in p.stdout
+        # A new sandbox gets the new public file (the view follows /etc) but
+        # never the secret.
+        p = airlock.run("--", "/bin/sh", "-c", "cat /etc/airlock-test-later-*; true")
+        assert b"public-written-later" in p.stdout
+        assert b"SECRET" not in p.stdout
+    finally:
+        for f in ("/etc/airlock-test-later-secret", "/etc/airlock-test-later-public"):
+            if os.path.exists(f):
+                os.unlink(f)
+        airlock.sandbox("destroy", sid, check=True)
+    # Old views of /etc no sandbox uses are collected.
+    airlock.sandbox("gc", check=True)
+    gens = [g for g in os.listdir(os.path.join(airlock.state_dir, ".etc"))
+            if len(g) == 16]
+    assert len(gens) == 1, gens
