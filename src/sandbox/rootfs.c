@@ -15,8 +15,8 @@
  * owned by the initial user namespace and the sandbox cannot change them
  * even without the seccomp filter.
  *
- * Host secrets are kept out with overlay whiteouts written into the upper
- * layer before the mount: a masked path does not exist inside at all.
+ * /etc's lower layer is not the host's /etc but its filtered copy (see
+ * etcview.c): host secrets there do not exist inside at all.
  */
 #include "sandbox/internal.h"
 
@@ -43,8 +43,6 @@
 #include "common/fdutil.h"
 
 #define MAX_LAYERS 16
-#define ETC_SCAN_MAX_ENTRIES 50000
-#define ETC_SCAN_MAX_DEPTH 16
 
 struct layer {
 	int fd;                   /* O_PATH descriptor of the lower directory, then
