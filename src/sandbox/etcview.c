@@ -107,6 +107,11 @@ static int copy_file(int sfd, const char *name, int dst, const struct stat *st)
 	return 0;
 }
 
+static int compare_names(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 /* Walks the host directory sfd (rel inside /etc), listing and copying. */
 static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth)
 {
@@ -147,8 +152,8 @@ static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth
 		n++;
 	}
 	closedir(d);
-	if (ret == 0)
-		qsort(names, n, sizeof(*names), (int (*)(const void *, const void *))strcmp);
+	if (ret == 0 && n > 1)
+		qsort(names, n, sizeof(*names), compare_names);
 	for (size_t i = 0; ret == 0 && i < n; i++) {
 		const char *name = names[i];
 		char sub[SBX_PATH_MAX];
