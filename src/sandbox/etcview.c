@@ -71,19 +71,33 @@ static int64_t ts_ns(const struct timespec *t)
 	return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
 }
 
+static bool same_version(const struct stat *a, const struct stat *b)
+{
+	return a->st_ino == b->st_ino && a->st_mode == b->st_mode && a->st_size == b->st_size &&
+	       a->st_uid == b->st_uid && a->st_gid == b->st_gid &&
+	       ts_ns(&a->st_mtim) == ts_ns(&b->st_mtim) && ts_ns(&a->st_ctim) == ts_ns(&b->st_ctim);
+}
+
+/*
+ * Copies one world-readable file. The file must be the same, unchanged and
+ * still world-readable after the copy as when it was judged: a file made
+ * private and rewritten meanwhile (its ctime moves) is never copied.
+ * Returns 1 when the file was left out (too large), -EAGAIN when it changed.
+ */
 static int copy_file(int sfd, const char *name, int dst, const struct stat *st)
 {
-	_cleanup_close_ int in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (st->st_size > ETC_FILE_MAX)
+		return 1;
+	/* O_NONBLOCK: should a FIFO be swapped in, the open must not hang. */
+	_cleanup_close_ int in =
+		openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (in < 0)
-		return -errno;
+		return errno == ENOENT ? -EAGAIN : -errno;
 	struct stat now;
 	if (fstat(in, &now) < 0)
 		return -errno;
-	/* What was judged is what is copied. */
-	if (now.st_ino != st->st_ino || !S_ISREG(now.st_mode) || !(now.st_mode & S_IROTH))
+	if (!S_ISREG(now.st_mode) || !same_version(&now, st))
 		return -EAGAIN;
-	if (now.st_size > ETC_FILE_MAX)
-		return -EFBIG;
 	_cleanup_close_ int out =
 		openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (out < 0)
@@ -97,9 +111,14 @@ static int copy_file(int sfd, const char *name, int dst, const struct stat *st)
 			return -errno;
 		}
 		if (n == 0)
-			break; /* shrank meanwhile: the manifest check catches it */
+			return -EAGAIN; /* shrank meanwhile */
 		left -= n;
 	}
+	struct stat after;
+	if (fstat(in, &after) < 0)
+		return -errno;
+	if (!same_version(&after, st) || !(after.st_mode & S_IROTH))
+		return -EAGAIN;
 	if (fchown(out, st->st_uid, st->st_gid) < 0 || fchmod(out, st->st_mode & 0777) < 0)
 		return -errno;
 	struct timespec times[2] = { st->st_atim, st->st_mtim };
@@ -183,7 +202,7 @@ static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth
 			char target[SBX_PATH_MAX];
 			ssize_t tl = readlinkat(sfd, name, target, sizeof(target) - 1);
 			if (tl < 0) {
-				ret = -errno;
+				ret = errno == ENOENT ? -EAGAIN : -errno;
 				break;
 			}
 			target[tl] = '\0';
@@ -198,7 +217,7 @@ static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth
 			_cleanup_close_ int s2 =
 				openat(sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (s2 < 0) {
-				ret = -errno;
+				ret = errno == ENOENT ? -EAGAIN : -errno;
 				break;
 			}
 			_cleanup_close_ int d2 = -1;
@@ -217,6 +236,11 @@ static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth
 					  (uintmax_t)st.st_ino, sub);
 			if (ret >= 0)
 				ret = walk_dir(w, s2, d2, sub, depth + 1);
+			/* Still the same, still open to all, after its contents were
+			 * read: or a private directory's files may have been copied. */
+			struct stat after;
+			if (ret >= 0 && (fstat(s2, &after) < 0 || !same_version(&after, &st)))
+				ret = -EAGAIN;
 			if (ret >= 0 && d2 >= 0) {
 				struct timespec times[2] = { st.st_atim, st.st_mtim };
 				if (fchown(d2, st.st_uid, st.st_gid) < 0 ||
@@ -227,6 +251,8 @@ static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth
 			if (!(st.st_mode & S_IROTH) || w->dst < 0)
 				continue;
 			ret = copy_file(sfd, name, dfd, &st);
+			if (ret > 0)
+				ret = 0; /* too large: left out */
 		}
 		/* sockets, fifos, devices: not copied */
 	}
@@ -311,6 +337,19 @@ static int64_t now_ms(void)
 	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+/* The boot a generation was made in: after a crash, files not yet on disk
+ * could read back empty, so a generation from an earlier boot is stale. */
+static int boot_id(char out[64])
+{
+	_cleanup_free_ char *text = NULL;
+	size_t len;
+	int r = read_file_bounded(AT_FDCWD, "/proc/sys/kernel/random/boot_id", 64, &text, &len);
+	if (r < 0)
+		return r;
+	snprintf(out, 64, "%s", text);
+	return 0;
+}
+
 /*
  * Is generation gen (a directory under base) still true to /etc? Checks
  * the directories always and the whole manifest every ETC_VERIFY_MS.
@@ -320,8 +359,12 @@ static bool generation_fresh(int basefd, const char *gen)
 	_cleanup_close_ int g = openat(basefd, gen, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (g < 0)
 		return false;
-	_cleanup_free_ char *dirs = NULL;
+	_cleanup_free_ char *dirs = NULL, *boot = NULL;
 	size_t len;
+	char now_boot[64];
+	if (read_small(g, "boot_id", &boot, &len) < 0 || boot_id(now_boot) < 0 ||
+	    strcmp(boot, now_boot) != 0)
+		return false;
 	if (read_small(g, "dirs", &dirs, &len) < 0 || !dirs_unchanged(dirs))
 		return false;
 	struct stat vst;
@@ -346,10 +389,13 @@ static bool generation_fresh(int basefd, const char *gen)
 	return same;
 }
 
-static int build_generation(int basefd, char *ret_gen, size_t size)
+static int build_once(int basefd, char *ret_gen, size_t size)
 {
-	char id[SBX_ID_LEN + 1], tmp[64];
-	int r = sbx_new_id(id);
+	char id[SBX_ID_LEN + 1], tmp[64], boot[64];
+	int r = boot_id(boot);
+	if (r < 0)
+		return r;
+	r = sbx_new_id(id);
 	if (r < 0)
 		return r;
 	snprintf(tmp, sizeof(tmp), "tmp-%s", id);
@@ -378,6 +424,8 @@ static int build_generation(int basefd, char *ret_gen, size_t size)
 	if (r >= 0)
 		r = write_small(g, "dirs", w.dirs.data ? w.dirs.data : "", w.dirs.len);
 	if (r >= 0)
+		r = write_small(g, "boot_id", boot, strlen(boot));
+	if (r >= 0)
 		r = write_small(g, "verified", "", 0);
 	walk_free(&w);
 	if (r >= 0 && renameat(basefd, tmp, basefd, id) < 0)
@@ -391,13 +439,67 @@ static int build_generation(int basefd, char *ret_gen, size_t size)
 	/* current -> id, replaced atomically. */
 	char link[80];
 	snprintf(link, sizeof(link), "current-%s", id);
-	if (symlinkat(id, basefd, link) < 0 || renameat(basefd, link, basefd, "current") < 0)
-		return -errno;
+	if (symlinkat(id, basefd, link) < 0 || renameat(basefd, link, basefd, "current") < 0) {
+		r = -errno;
+		unlinkat(basefd, link, 0);
+		return r;
+	}
 	snprintf(ret_gen, size, "%s", id);
 	return 0;
 }
 
-int sbx_etc_view(const struct sbx_settings *set, struct sbx_etc_view *ret, struct al_error *err)
+/* /etc changing while it is copied makes a copy unusable: try again. */
+static int build_generation(int basefd, char *ret_gen, size_t size)
+{
+	int r = -EAGAIN;
+	for (int attempt = 0; attempt < 5 && r == -EAGAIN; attempt++)
+		r = build_once(basefd, ret_gen, size);
+	return r;
+}
+
+/* Removes generations neither current nor in use, and build debris. The
+ * caller holds the lock exclusively. */
+static int gc_locked(int basefd, const char *base, bool (*in_use)(const char *gen, void *ud),
+		     void *ud, unsigned *removed)
+{
+	char cur[SBX_ID_LEN + 2] = "";
+	ssize_t cl = readlinkat(basefd, "current", cur, sizeof(cur) - 1);
+	cur[cl > 0 ? cl : 0] = '\0';
+	int dup_fd = fcntl(basefd, F_DUPFD_CLOEXEC, 3);
+	DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+	if (!d) {
+		safe_close(dup_fd);
+		return -errno;
+	}
+	int ret = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		const char *name = de->d_name;
+		if (strncmp(name, "current-", 8) == 0 && sbx_id_valid(name + 8)) {
+			if (unlinkat(basefd, name, 0) == 0)
+				(*removed)++;
+			continue;
+		}
+		bool tmp = strncmp(name, "tmp-", 4) == 0 && sbx_id_valid(name + 4);
+		bool gen = sbx_id_valid(name);
+		if (!tmp && !(gen && strcmp(name, cur) != 0 && !in_use(name, ud)))
+			continue;
+		char path[SBX_PATH_MAX + 32];
+		int len = snprintf(path, sizeof(path), "%s/%.40s", base, name);
+		if (len < 0 || (size_t)len >= sizeof(path))
+			continue;
+		int r = sbx_rm_rf(path);
+		if (r == 0)
+			(*removed)++;
+		else if (ret == 0)
+			ret = r;
+	}
+	closedir(d);
+	return ret;
+}
+
+int sbx_etc_view(const struct sbx_settings *set, bool (*in_use)(const char *gen, void *ud),
+		 void *ud, struct sbx_etc_view *ret, struct al_error *err)
 {
 	char base[SBX_PATH_MAX];
 	int n = snprintf(base, sizeof(base), "%s/.etc", set->state_dir);
@@ -435,6 +537,10 @@ int sbx_etc_view(const struct sbx_settings *set, struct sbx_etc_view *ret, struc
 				close(lock);
 				return al_error_set_errno(err, r, "cannot make the sandbox's view of /etc");
 			}
+			/* Older generations no sandbox uses go now, so that a busy
+			 * /etc cannot pile them up. */
+			unsigned removed = 0;
+			(void)gc_locked(basefd, base, in_use, ud, &removed);
 			/* Back to shared, keeping the new generation safe. */
 			flock(lock, LOCK_SH);
 		}
@@ -472,33 +578,5 @@ int sbx_etc_gc(const struct sbx_settings *set, bool (*in_use)(const char *gen, v
 		return -errno;
 	if (flock(lock, LOCK_EX | LOCK_NB) < 0)
 		return errno == EWOULDBLOCK ? 0 : -errno;
-	char cur[SBX_ID_LEN + 2] = "";
-	ssize_t cl = readlinkat(basefd, "current", cur, sizeof(cur) - 1);
-	cur[cl > 0 ? cl : 0] = '\0';
-	int dup_fd = fcntl(basefd, F_DUPFD_CLOEXEC, 3);
-	DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-	if (!d) {
-		safe_close(dup_fd);
-		return -errno;
-	}
-	int ret = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		const char *name = de->d_name;
-		bool tmp = strncmp(name, "tmp-", 4) == 0 && sbx_id_valid(name + 4);
-		bool gen = sbx_id_valid(name);
-		if (!tmp && !(gen && strcmp(name, cur) != 0 && !in_use(name, ud)))
-			continue;
-		char path[SBX_PATH_MAX + 32];
-		int len = snprintf(path, sizeof(path), "%s/%.40s", base, name);
-		if (len < 0 || (size_t)len >= sizeof(path))
-			continue;
-		int r = sbx_rm_rf(path);
-		if (r == 0)
-			(*removed)++;
-		else if (ret == 0)
-			ret = r;
-	}
-	closedir(d);
-	return ret;
+	return gc_locked(basefd, base, in_use, ud, removed);
 }

@@ -103,7 +103,8 @@ struct sbx_etc_view {
 	char gen[SBX_ID_LEN + 1];
 	int lock_fd; /* shared lock: keep until the sandbox has mounted it */
 };
-int sbx_etc_view(const struct sbx_settings *set, struct sbx_etc_view *ret, struct al_error *err);
+int sbx_etc_view(const struct sbx_settings *set, bool (*in_use)(const char *gen, void *ud),
+		 void *ud, struct sbx_etc_view *ret, struct al_error *err);
 void sbx_etc_view_release(struct sbx_etc_view *v);
 /* Removes generations neither current nor in use. */
 int sbx_etc_gc(const struct sbx_settings *set, bool (*in_use)(const char *gen, void *ud),

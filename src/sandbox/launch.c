@@ -587,6 +587,8 @@ int sbx_env_read_file(const struct sbx_paths *p, struct sbx_env *e)
 	return 0;
 }
 
+static bool etc_gen_in_use(const char *gen, void *ud);
+
 /* What the sandbox's init needs; everything was prepared on the host. */
 struct init_args {
 	const struct sbx_spec *spec;
@@ -820,11 +822,10 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 			;
 		if (n != 1)
 			_exit(125);
-		close(kgo[0]);
 		/* Nothing of the supervisor's stays open here: above all not the
 		 * sandbox's lock, which would then be held for the keeper's life. */
-		int keep[8 + 2 * 16] = { 0, 1, 2, lfd, rep[1], a->userns_fd, a->ws_userns_fd };
-		size_t n_keep = 7 + sbx_rootfs_plan_fds(a->plan, keep + 7, ARRAY_SIZE(keep) - 7);
+		int keep[8 + 2 * 16] = { 0, 1, 2, lfd, rep[1], kgo[0], a->userns_fd, a->ws_userns_fd };
+		size_t n_keep = 8 + sbx_rootfs_plan_fds(a->plan, keep + 8, ARRAY_SIZE(keep) - 8);
 		if (close_all_fds_except(keep, n_keep) < 0)
 			_exit(125);
 		setsid();
@@ -842,8 +843,16 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 		struct al_error e = { 0 };
 		if (recv_ready(chan, &e) < 0) {
 			sbx_msg_send(rep[1], SBX_MSG_ERROR, e.code, al_error_message(&e));
+			kill(ipid, SIGKILL);
 			_exit(125);
 		}
+		/* The init has everything it needs: the host's descriptors go. */
+		close(a->userns_fd);
+		safe_close(a->ws_userns_fd);
+		int plan_fds[2 * 16];
+		size_t n_plan = sbx_rootfs_plan_fds(a->plan, plan_fds, ARRAY_SIZE(plan_fds));
+		for (size_t i = 0; i < n_plan; i++)
+			close(plan_fds[i]);
 		close(chan);
 		/* The init is our unreaped child: its pid cannot be reused
 		 * before we read its start time and report both. */
@@ -851,11 +860,21 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 		char text[32];
 		if (sbx_proc_starttime(ipid, &istart) < 0) {
 			sbx_msg_send(rep[1], SBX_MSG_ERROR, -ESRCH, "the sandbox's init died");
+			kill(ipid, SIGKILL);
 			_exit(125);
 		}
 		snprintf(text, sizeof(text), "%" PRIu64, istart);
 		sbx_msg_send(rep[1], SBX_MSG_STARTED, ipid, text);
 		close(rep[1]);
+		/* Not a sandbox until the supervisor has recorded it: should it
+		 * die or fail first, nothing may be left running unrecorded. */
+		while ((n = read(kgo[0], &c, 1)) < 0 && errno == EINTR)
+			;
+		if (n != 1 || c != 'c') {
+			kill(ipid, SIGKILL);
+			_exit(125);
+		}
+		close(kgo[0]);
 		int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 		if (devnull >= 0) {
 			dup2(devnull, 0);
@@ -873,7 +892,6 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 		r = sbx_cgroup_attach(&sb->state.cg, kpid);
 	if (r >= 0 && write(kgo[1], "g", 1) != 1)
 		r = -errno;
-	close(kgo[1]);
 	struct sbx_msg m;
 	if (r >= 0) {
 		r = sbx_msg_recv(rep[0], &m);
@@ -888,21 +906,33 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 		al_error_set_errno(err, r, "cannot place the sandbox in its cgroup");
 	}
 	close(rep[0]);
-	if (r < 0)
+	if (r < 0) {
+		close(kgo[1]);
 		return r;
+	}
 	sb->state.init_pid = (pid_t)m.value;
-	if (parse_u64(m.text, &sb->state.init_start) < 0)
+	if (parse_u64(m.text, &sb->state.init_start) < 0) {
+		close(kgo[1]);
 		return al_error_set(err, -EBADMSG, "unexpected message from the keeper");
+	}
 	sb->init_pidfd = sbx_pidfd_if_same(sb->state.init_pid, sb->state.init_start);
-	if (sb->init_pidfd < 0)
+	if (sb->init_pidfd < 0) {
+		close(kgo[1]);
 		return al_error_set(err, -ESRCH, "the sandbox died during setup");
+	}
 	/* The keeper is our child and not reaped: its pid is still its own. */
 	r = sbx_proc_starttime(kpid, &sb->state.keeper_start);
-	if (r < 0)
-		return al_error_set_errno(err, r, "cannot read the sandbox's start time");
-	r = sbx_state_write(&sb->paths, &sb->state);
-	if (r < 0)
+	if (r >= 0)
+		r = sbx_state_write(&sb->paths, &sb->state);
+	if (r < 0) {
+		close(kgo[1]);
 		return al_error_set_errno(err, r, "cannot record the sandbox's state");
+	}
+	/* Recorded: the keeper may serve now. */
+	r = write(kgo[1], "c", 1) == 1 ? 0 : -errno;
+	close(kgo[1]);
+	if (r < 0)
+		return al_error_set_errno(err, r, "the sandbox's keeper is gone");
 	return 0;
 }
 
@@ -961,7 +991,7 @@ static int sandbox_start(const struct sbx_settings *set, const struct sbx_spec *
 	_cleanup_(sbx_etc_view_release) struct sbx_etc_view view = { .lock_fd = -1 };
 	const char *etc_path = NULL;
 	if (!spec->image || strcmp(spec->image, "host") == 0) {
-		r = sbx_etc_view(set, &view, err);
+		r = sbx_etc_view(set, etc_gen_in_use, (void *)set, &view, err);
 		if (r < 0)
 			return r;
 		etc_path = view.path;

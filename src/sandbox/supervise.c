@@ -125,6 +125,15 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 	int status = status_fd;
 	int r = 0;
 	for (;;) {
+		/* The truncation note goes out through stderr's own queue, after
+		 * what was kept: never a blocking write in this loop. */
+		if (res.output_truncated && !truncated_note && !outs[0].len && !outs[1].len) {
+			truncated_note = true;
+			int len = snprintf(outs[1].buf, sizeof(outs[1].buf),
+					   "\n[airlock: output truncated at %" PRIu64 " bytes]\n",
+					   opts->output_limit);
+			outs[1].len = len > 0 ? (size_t)len : 0;
+		}
 		bool outputs_open = outs[0].from >= 0 || outs[1].from >= 0 || outs[0].len || outs[1].len;
 		if (have_status && !outputs_open)
 			break;
@@ -221,15 +230,6 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 						       : (size_t)(opts->output_limit - before);
 				}
 				o->len = keep;
-				if (res.output_truncated && !truncated_note && keep == 0) {
-					truncated_note = true;
-					char note[128];
-					int len = snprintf(note, sizeof(note),
-							   "\n[airlock: output truncated at %" PRIu64
-							   " bytes]\n",
-							   opts->output_limit);
-					(void)write_full(opts->stderr_fd, note, (size_t)len);
-				}
 			}
 			if (idx_to[s] >= 0 && pfd[idx_to[s]].revents) {
 				ssize_t w = write(o->to, o->buf, o->len);
@@ -242,15 +242,6 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 				}
 				memmove(o->buf, o->buf + w, o->len - (size_t)w);
 				o->len -= (size_t)w;
-				if (o->len == 0 && res.output_truncated && !truncated_note) {
-					truncated_note = true;
-					char note[128];
-					int len = snprintf(note, sizeof(note),
-							   "\n[airlock: output truncated at %" PRIu64
-							   " bytes]\n",
-							   opts->output_limit);
-					(void)write_full(opts->stderr_fd, note, (size_t)len);
-				}
 			}
 		}
 		if (idx_in >= 0 && pfd[idx_in].revents) {
