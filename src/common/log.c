@@ -2,6 +2,8 @@
 #include "log.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +16,7 @@ static enum log_format log_format = LOG_FORMAT_HUMAN;
 static int log_fd = STDERR_FILENO;
 
 #define LOG_LINE_MAX 4096
+#define LOG_WRITE_WAIT_MS 1000
 /* Bytes kept free at the end of a JSON line for the fields after msg. */
 #define LOG_JSON_TAIL 64
 
@@ -82,10 +85,21 @@ static size_t json_escape(char *buf, size_t pos, size_t size, const char *s)
 	return pos;
 }
 
+/*
+ * Logging never hangs a program: a reader that stops reading (a full pipe)
+ * costs at most LOG_WRITE_WAIT_MS per line, then the rest of the line is
+ * dropped. Chunks of PIPE_BUF after POLLOUT cannot block on a pipe.
+ */
 static void write_all(int fd, const char *p, size_t n)
 {
 	while (n > 0) {
-		ssize_t w = write(fd, p, n);
+		struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+		int pr = poll(&pfd, 1, LOG_WRITE_WAIT_MS);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0 || (pfd.revents & (POLLERR | POLLNVAL)))
+			return;
+		ssize_t w = write(fd, p, n < PIPE_BUF ? n : PIPE_BUF);
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;

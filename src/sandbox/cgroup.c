@@ -396,6 +396,34 @@ static int gc_dir(const char *dir, bool (*alive)(const char *id, void *ud), void
 	return ret;
 }
 
+bool sbx_cgroup_populated(const struct sbx_settings *set, const char *id)
+{
+	if (!parent_valid(set->cgroup_parent) || !sbx_id_valid(id))
+		return true; /* cannot tell: assume the worst */
+	char path[SBX_PATH_MAX];
+	const char *v2root = unified_root();
+	const char *roots[SBX_CGROUP_CONTROLLERS + 1] = { v2root, CGROUP_FS "/memory",
+							  CGROUP_FS "/pids", CGROUP_FS "/cpu" };
+	for (size_t i = 0; i < ARRAY_SIZE(roots); i++) {
+		if (!roots[i])
+			continue;
+		int n = snprintf(path, sizeof(path), "%s/%s/%s/cgroup.procs", roots[i],
+				 set->cgroup_parent, id);
+		if (n < 0 || (size_t)n >= sizeof(path))
+			return true;
+		_cleanup_free_ char *text = NULL;
+		size_t len = 0;
+		int r = read_file_bounded(AT_FDCWD, path, 4096, &text, &len);
+		if (r == -ENOENT)
+			continue;
+		if (r < 0 && r != -EFBIG)
+			return true;
+		if (r == -EFBIG || len > 0)
+			return true;
+	}
+	return false;
+}
+
 int sbx_cgroup_gc(const struct sbx_settings *set, bool (*alive)(const char *id, void *ud),
 		  void *ud, unsigned *removed)
 {

@@ -507,6 +507,10 @@ int sbx_etc_view(const struct sbx_settings *set, bool (*in_use)(const char *gen,
 		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
 	if (mkdir(base, 0700) < 0 && errno != EEXIST)
 		return al_error_set_errno(err, -errno, "cannot create %s", base);
+	int pr = sbx_check_private_dir(base);
+	if (pr < 0)
+		return al_error_set(err, pr, "%s must be a directory owned by root and writable "
+				    "by root alone", base);
 	_cleanup_close_ int basefd = open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (basefd < 0)
 		return al_error_set_errno(err, -errno, "cannot open %s", base);

@@ -161,7 +161,7 @@ static int request_build(char *const *argv, char *const *envp, const char *cwd, 
 /* ---- E, E1, E2 ---- */
 
 static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct request *req,
-						 struct sbx_stdio *io, int s)
+						 struct sbx_stdio *io, int s, uint64_t pids)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	/* Still host root: this also lowers oom_score_adj_min from the
@@ -226,6 +226,7 @@ static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct re
 				.argv = req->argv,
 				.envp = req->envp,
 				.cwd = req->cwd,
+				.pids = pids,
 				.io = io,
 				.status_fd = s,
 			};
@@ -291,7 +292,7 @@ static void keeper_reply_err(int conn, const char *why)
 	(void)ipc_send(conn, KEEPER_ERR, why, strlen(why) + 1, NULL, 0);
 }
 
-static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd)
+static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd, uint64_t pids)
 {
 	struct timeval tv = { .tv_sec = KEEPER_RECV_TIMEOUT_S };
 	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -327,7 +328,7 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd)
 		struct sbx_stdio io = { .in = { msg.fds[0], -1 },
 					.out = { -1, msg.fds[1] },
 					.err = { -1, msg.fds[2] } };
-		exec_child(init_pidfd, &req, &io, msg.fds[3]);
+		exec_child(init_pidfd, &req, &io, msg.fds[3], pids);
 	}
 	request_free(&req);
 	/* The client gets a pidfd, never a bare pid it would have to trust. */
@@ -342,7 +343,7 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd)
 	close(efd);
 }
 
-void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid)
+void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, uint64_t pids)
 {
 	/* Exec helpers that die before their children (a timeout kills them
 	 * first) hand those children to us, not to the host's init. */
@@ -385,7 +386,7 @@ void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid)
 		if (p[0].revents) {
 			int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
 			if (conn >= 0) {
-				keeper_serve(conn, listen_fd, init_pidfd, sfd);
+				keeper_serve(conn, listen_fd, init_pidfd, sfd, pids);
 				close(conn);
 			}
 		}

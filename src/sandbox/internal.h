@@ -64,6 +64,8 @@ int sbx_pidfd_if_same(pid_t pid, uint64_t start);
 /* Removes a directory tree without following symlinks, whatever its depth. */
 int sbx_rm_rf(const char *path);
 int sbx_lock_dir(const char *dir, bool wait);
+/* 0 when path is a real directory owned by root and writable by root alone. */
+int sbx_check_private_dir(const char *path);
 
 /* cgroup.c */
 struct sbx_cgroup_knob {
@@ -88,6 +90,9 @@ int sbx_cgroup_reopen(struct sbx_cgroup *cg);
 int sbx_cgroup_gc(const struct sbx_settings *set, bool (*alive)(const char *id, void *ud),
 		  void *ud, unsigned *removed);
 bool sbx_cgroup_v2_usable(void);
+/* Whether <parent>/<id> holds processes in any hierarchy (derived from the
+ * settings alone, for when a state file cannot be read). */
+bool sbx_cgroup_populated(const struct sbx_settings *set, const char *id);
 
 /* seccomp.c */
 int sbx_seccomp_load(void);

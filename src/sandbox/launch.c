@@ -881,7 +881,7 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 			dup2(devnull, 1);
 			dup2(devnull, 2);
 		}
-		sbx_keeper_main(lfd, ipidfd, ipid);
+		sbx_keeper_main(lfd, ipidfd, ipid, a->spec->pids);
 	}
 	close(rep[1]);
 	close(kgo[0]);
@@ -967,6 +967,10 @@ static int sandbox_start(const struct sbx_settings *set, const struct sbx_spec *
 	}
 	if (mkdir(set->state_dir, 0700) < 0 && errno != EEXIST)
 		return al_error_set_errno(err, -errno, "cannot create %s", set->state_dir);
+	r = sbx_check_private_dir(set->state_dir);
+	if (r < 0)
+		return al_error_set(err, r, "the state directory %s must be a directory owned by "
+				    "root and writable by root alone", set->state_dir);
 	if (mkdir(sb->paths.dir, 0700) < 0)
 		return al_error_set_errno(err, -errno, "cannot create %s", sb->paths.dir);
 	sb->dir_made = true;
@@ -1280,7 +1284,18 @@ int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_erro
 				alive = pidfd >= 0;
 				safe_close(pidfd);
 			}
-			/* An ephemeral sandbox whose supervisor died is debris too. */
+			/* A sandbox whose state cannot be read (damaged, or written
+			 * under other settings) but whose cgroup still holds
+			 * processes is not debris: it is left alone and reported. */
+			if (!have && sbx_cgroup_populated(set, de->d_name)) {
+				if (ret == 0)
+					ret = al_error_set(err, -EBUSY,
+							   "sandbox %s has an unreadable state file but "
+							   "is still running: left alone (%s)",
+							   de->d_name, al_error_message(&e));
+				close(lock);
+				continue;
+			}
 			if (!alive) {
 				struct al_error de_err = { 0 };
 				if (destroy_locked(set, de->d_name, &st, have, &de_err) == 0)

@@ -136,6 +136,19 @@ void sbx_release_slot(const struct sbx_settings *set, uint32_t slot, const char 
 		unlink(path);
 }
 
+int sbx_check_private_dir(const char *path)
+{
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	/* Anyone else who can write here could swap what airlock trusts. */
+	if (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)))
+		return -EPERM;
+	return 0;
+}
+
 int sbx_lock_dir(const char *dir, bool wait)
 {
 	char path[SBX_PATH_MAX];

@@ -149,3 +149,23 @@ def test_cgroup_v2_limits(airlock):
     assert p.stdout.startswith(b"0::/")
     p = airlock.run("--memory", "64M", "--", "python3", "-c", "b = b'x' * (512 << 20)")
     assert p.returncode == 137
+
+
+def test_timeout_holds_when_our_stderr_is_blocked(airlock):
+    """A caller that never reads stderr must not stop the timeout."""
+    r, w = os.pipe()
+    try:
+        t0 = time.monotonic()
+        proc = subprocess.Popen([airlock.bin, "sandbox", "run", "--timeout", "2",
+                                 "--output-limit", "100000", "--", "/bin/sh", "-c",
+                                 "head -c 300000 /dev/zero >&2; yes"],
+                                env=airlock.env, stdout=subprocess.DEVNULL, stderr=w)
+        os.close(w)
+        w = -1
+        rc = proc.wait(timeout=20)  # nobody reads r: the pipe stays full
+        assert rc == 124
+        assert time.monotonic() - t0 < 10
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
