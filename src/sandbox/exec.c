@@ -24,7 +24,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <linux/sched.h>
 #include <poll.h>
 #include <sched.h>
@@ -208,10 +207,9 @@ static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct re
 					     e.code ? al_error_message(&e) : "cannot replace /proc");
 				_exit(125);
 			}
-			if (setns(init_pidfd, CLONE_NEWUSER) < 0 || setgroups(0, NULL) < 0 ||
-			    setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 ||
-			    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || sbx_drop_caps() < 0) {
-				sbx_msg_send(s, SBX_MSG_ERROR, -errno,
+			int rr = sbx_become_root(init_pidfd);
+			if (rr < 0) {
+				sbx_msg_send(s, SBX_MSG_ERROR, rr,
 					     "cannot enter the sandbox's user namespace");
 				_exit(125);
 			}
@@ -233,9 +231,7 @@ static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct re
 			sbx_run_init(&cmd);
 		}
 		/* E1 itself becomes as harmless as the rest of the sandbox. */
-		if (setns(init_pidfd, CLONE_NEWUSER) < 0 || setgroups(0, NULL) < 0 ||
-		    setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 ||
-		    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || sbx_drop_caps() < 0) {
+		if (sbx_become_root(init_pidfd) < 0) {
 			kill(e2, SIGKILL);
 			_exit(125);
 		}
@@ -398,14 +394,9 @@ void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, uint64_t pid
 int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 	     const struct sbx_exec_opts *opts, struct sbx_result *ret, struct al_error *err)
 {
-	if (geteuid() != 0)
-		return al_error_set(err, -EPERM, "airlock sandbox needs root");
 	struct sbx_state st;
-	int r = sbx_state_read(set, id, &st, err);
-	if (r < 0)
-		return r;
 	struct sbx_paths paths;
-	r = sbx_paths_init(set, id, &paths, err);
+	int r = sbx_lookup(set, id, &st, &paths, err);
 	if (r < 0)
 		return r;
 	char path[SBX_PATH_MAX];

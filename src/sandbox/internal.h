@@ -56,6 +56,9 @@ void sbx_release_slot(const struct sbx_settings *set, uint32_t slot, const char 
 int sbx_state_write(const struct sbx_paths *p, const struct sbx_state *st);
 int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_state *ret,
 		   struct al_error *err);
+/* The state and paths of an existing sandbox (root only). */
+int sbx_lookup(const struct sbx_settings *set, const char *id, struct sbx_state *st,
+	       struct sbx_paths *p, struct al_error *err);
 int sbx_proc_starttime(pid_t pid, uint64_t *ret);
 /* Opens a pidfd for st->init_pid if it is still the same process. */
 int sbx_state_pidfd(const struct sbx_state *st);

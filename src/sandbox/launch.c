@@ -235,7 +235,7 @@ int sbx_drop_caps(void)
 	return 0;
 }
 
-static int become_sandbox_root(int userns_fd)
+int sbx_become_root(int userns_fd)
 {
 	if (setns(userns_fd, CLONE_NEWUSER) < 0)
 		return -errno;
@@ -638,7 +638,7 @@ static void __attribute__((noreturn)) init_main(const struct init_args *a, int s
 	close(go_fd);
 	if (need_cgroupns && unshare(CLONE_NEWCGROUP) < 0)
 		init_fail(st, -errno, "cannot create the cgroup namespace");
-	r = become_sandbox_root(a->userns_fd);
+	r = sbx_become_root(a->userns_fd);
 	if (r < 0)
 		init_fail(st, r, "cannot enter the user namespace");
 	/* Nothing of the supervisor's stays open here (its stdio, locks,
@@ -1169,14 +1169,9 @@ static int destroy_locked(const struct sbx_settings *set, const char *id, struct
 
 int sbx_destroy(const struct sbx_settings *set, const char *id, struct al_error *err)
 {
-	if (geteuid() != 0)
-		return al_error_set(err, -EPERM, "airlock sandbox needs root");
 	struct sbx_state st;
-	int r = sbx_state_read(set, id, &st, err);
-	if (r < 0)
-		return r;
 	struct sbx_paths p;
-	r = sbx_paths_init(set, id, &p, err);
+	int r = sbx_lookup(set, id, &st, &p, err);
 	if (r < 0)
 		return r;
 	_cleanup_close_ int lock = sbx_lock_dir(p.dir, true);

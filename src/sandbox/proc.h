@@ -76,6 +76,9 @@ void sbx_stdio_close_child_ends(struct sbx_stdio *io);
 pid_t sbx_clone3_fork(uint64_t flags, int *ret_pidfd, int cgroup_fd);
 /* Trims root-inside's capabilities to the kept set (see launch.c). */
 int sbx_drop_caps(void);
+/* Joins the sandbox's user namespace (fd: a namespace fd or a pidfd of a
+ * process in it) as root inside: no groups, not dumpable, trimmed caps. */
+int sbx_become_root(int fd);
 /* pid 1 of a pid namespace: starts c (if any), reaps, reports. */
 void sbx_run_init(const struct sbx_command *c) __attribute__((noreturn));
 

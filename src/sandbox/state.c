@@ -364,6 +364,17 @@ bad:
 /* Reads the start time, and whether the process is a zombie (or dead). */
 static int proc_stat(pid_t pid, uint64_t *ret_start, bool *ret_dead);
 
+int sbx_lookup(const struct sbx_settings *set, const char *id, struct sbx_state *st,
+	       struct sbx_paths *p, struct al_error *err)
+{
+	if (geteuid() != 0)
+		return al_error_set(err, -EPERM, "airlock sandbox needs root");
+	int r = sbx_state_read(set, id, st, err);
+	if (r < 0)
+		return r;
+	return sbx_paths_init(set, id, p, err);
+}
+
 int sbx_proc_starttime(pid_t pid, uint64_t *ret)
 {
 	bool dead;
