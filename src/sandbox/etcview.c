@@ -519,6 +519,7 @@ int sbx_etc_view(const struct sbx_settings *set, bool (*in_use)(const char *gen,
 		return al_error_set_errno(err, -errno, "cannot open the /etc view's lock");
 
 	char gen[SBX_ID_LEN + 1] = "";
+	int rounds = 0;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		/* Shared: the generation found cannot be removed under us. */
 		if (flock(lock, attempt == 0 ? LOCK_SH : LOCK_EX) < 0) {
@@ -545,8 +546,19 @@ int sbx_etc_view(const struct sbx_settings *set, bool (*in_use)(const char *gen,
 			 * /etc cannot pile them up. */
 			unsigned removed = 0;
 			(void)gc_locked(basefd, base, in_use, ud, &removed);
-			/* Back to shared, keeping the new generation safe. */
-			flock(lock, LOCK_SH);
+			/* Back to shared. The switch is not atomic: should another
+			 * builder have replaced (and collected) ours meanwhile,
+			 * start over. */
+			if (flock(lock, LOCK_SH) < 0 || faccessat(basefd, gen, F_OK, 0) < 0) {
+				gen[0] = '\0';
+				flock(lock, LOCK_UN);
+				attempt = -1;
+				if (++rounds > 5) {
+					close(lock);
+					return al_error_set(err, -EBUSY,
+							    "the view of /etc keeps changing");
+				}
+			}
 		}
 	}
 	n = snprintf(ret->path, sizeof(ret->path), "%s/%s/etc", base, gen);

@@ -274,7 +274,12 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 		return 0;
 	}
 	/* Owned by host root: the sandbox must never create root-owned files
-	 * on the host. An empty directory is handed to the sandbox's root. */
+	 * on the host. An empty private directory is handed to the sandbox's
+	 * root; a shared one (/tmp, /dev/shm: world-writable or sticky) never. */
+	if (st.st_mode & (S_IWOTH | S_ISVTX))
+		return al_error_set(err, -EPERM,
+				    "workspace %s is a shared directory owned by root: give the "
+				    "sandbox a directory of its own", spec->workspace);
 	_cleanup_close_ int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);

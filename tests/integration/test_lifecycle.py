@@ -166,6 +166,12 @@ def test_root_owned_workspace(airlock, tmp_path):
     (ws / "existing").write_text("x")
     p = airlock.run("--workspace", str(ws), "--", "true")
     assert p.returncode == 125 and b"owned by root" in p.stderr
+    shared = tmp_path / "rootws-shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # like /tmp or /dev/shm
+    p = airlock.run("--workspace", str(shared), "--", "true")
+    assert p.returncode == 125 and b"shared directory" in p.stderr
+    assert os.stat(shared).st_uid == 0
     empty = tmp_path / "rootws-empty"
     empty.mkdir()
     airlock.run("--workspace", str(empty), "--", "touch", "/workspace/f", check=True)
