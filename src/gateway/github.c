@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Scoping the GitHub credential to granted repositories. Paths are matched
+ * segment by segment on the canonical form (path.h), so "/repos/o/r" never
+ * matches "/repos/o/r-evil" and no encoding trick reaches another
+ * repository; a path that is not canonical is never matched at all.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "common/cleanup.h"
+#include "common/strview.h"
+#include "gateway/github.h"
+#include "gateway/path.h"
+
+static bool is_ascii_alnum(char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+static bool owner_valid(struct sv s)
+{
+	if (s.len == 0 || s.len > GW_GITHUB_OWNER_MAX)
+		return false;
+	if (s.p[0] == '-' || s.p[s.len - 1] == '-')
+		return false;
+	for (size_t i = 0; i < s.len; i++) {
+		if (s.p[i] == '-') {
+			if (s.p[i - 1] == '-')
+				return false;
+		} else if (!is_ascii_alnum(s.p[i])) {
+			return false;
+		}
+	}
+	return true;
+}
+
+static bool repo_valid(struct sv s)
+{
+	if (s.len == 0 || s.len > GW_GITHUB_REPO_MAX)
+		return false;
+	for (size_t i = 0; i < s.len; i++)
+		if (!is_ascii_alnum(s.p[i]) && s.p[i] != '-' && s.p[i] != '_' && s.p[i] != '.')
+			return false;
+	if (sv_equal_cstr(s, ".") || sv_equal_cstr(s, ".."))
+		return false;
+	/* GitHub strips ".git" from clone URLs, so "r.git" could only ever
+	 * mean "r"; refused in any case rather than guessed. */
+	return !(s.len >= 4 && sv_equal_ci(sv_skip(s, s.len - 4), SV_LIT(".git")));
+}
+
+int gw_github_grant_parse(const char *s, struct gw_github_grant *ret)
+{
+	if (!s || !ret)
+		return -EINVAL;
+	struct sv rest = sv_from_cstr(s);
+	size_t slash;
+	if (!sv_find_char(rest, '/', &slash))
+		return -EINVAL;
+	struct sv owner = sv_head(rest, slash);
+	struct sv repo = sv_skip(rest, slash + 1);
+	if (!owner_valid(owner) || !repo_valid(repo))
+		return -EINVAL;
+
+	struct gw_github_grant g;
+	memset(&g, 0, sizeof(g));
+	memcpy(g.owner, owner.p, owner.len);
+	memcpy(g.repo, repo.p, repo.len);
+	*ret = g;
+	return 0;
+}
+
+/* Splits the segment at the start of *s off, up to (not including) the
+ * next '/'; *s keeps the rest, that '/' included. */
+static struct sv take_segment(struct sv *s)
+{
+	size_t i;
+	if (!sv_find_char(*s, '/', &i))
+		i = s->len;
+	struct sv seg = sv_head(*s, i);
+	*s = sv_skip(*s, i);
+	return seg;
+}
+
+/* api.github.com: /repos/OWNER/REPO, optionally followed by '/' and more. */
+static bool api_repository(struct sv path, struct sv *ret_owner, struct sv *ret_repo)
+{
+	if (!sv_starts_with(path, SV_LIT("/repos/")))
+		return false;
+	path = sv_skip(path, strlen("/repos/"));
+	struct sv owner = take_segment(&path);
+	if (!sv_starts_with(path, SV_LIT("/")))
+		return false;
+	path = sv_skip(path, 1);
+	struct sv repo = take_segment(&path);
+	*ret_owner = owner;
+	*ret_repo = repo;
+	return true;
+}
+
+/* github.com: the three smart-HTTP endpoints of /OWNER/REPO[.git], exactly. */
+static bool git_repository(struct sv path, struct sv *ret_owner, struct sv *ret_repo)
+{
+	static const char *const endpoints[] = { "/info/refs", "/git-upload-pack",
+						 "/git-receive-pack" };
+	if (!sv_starts_with(path, SV_LIT("/")))
+		return false;
+	path = sv_skip(path, 1);
+	struct sv owner = take_segment(&path);
+	if (!sv_starts_with(path, SV_LIT("/")))
+		return false;
+	path = sv_skip(path, 1);
+	struct sv repo = take_segment(&path);
+	bool endpoint = false;
+	for (size_t i = 0; i < ARRAY_SIZE(endpoints) && !endpoint; i++)
+		endpoint = sv_equal_cstr(path, endpoints[i]);
+	if (!endpoint)
+		return false;
+	/* Only the spelling git itself uses; "r.GIT" is left to not match. */
+	if (sv_ends_with(repo, SV_LIT(".git")))
+		repo = sv_head(repo, repo.len - 4);
+	*ret_owner = owner;
+	*ret_repo = repo;
+	return true;
+}
+
+static bool grant_matches(const struct gw_github_grant *g, struct sv owner, struct sv repo)
+{
+	/* A grant filled in by hand rather than parsed must still be a
+	 * terminated, non-empty name to match anything. */
+	size_t ol = strnlen(g->owner, sizeof(g->owner));
+	size_t rl = strnlen(g->repo, sizeof(g->repo));
+	if (ol == 0 || ol == sizeof(g->owner) || rl == 0 || rl == sizeof(g->repo))
+		return false;
+	return sv_equal_ci(owner, sv_make(g->owner, ol)) && sv_equal_ci(repo, sv_make(g->repo, rl));
+}
+
+static bool path_is_canonical(const char *path)
+{
+	char canon[GW_PATH_MAX + 1];
+	size_t len = strlen(path), query;
+	return gw_path_canonical(path, len, canon, sizeof(canon), &query) == 0 && query == len &&
+	       strcmp(canon, path) == 0;
+}
+
+bool gw_github_allowed(const struct gw_github_grant *grants, size_t n_grants, const char *host,
+		       const char *path)
+{
+	struct sv owner, repo;
+	bool found;
+
+	if (!grants || n_grants == 0 || !host || !path)
+		return false;
+	if (strcmp(host, "api.github.com") == 0)
+		found = api_repository(sv_from_cstr(path), &owner, &repo);
+	else if (strcmp(host, "github.com") == 0)
+		found = git_repository(sv_from_cstr(path), &owner, &repo);
+	else
+		return false;
+	/* The caller promised a canonical path; a raw one would let
+	 * "/repos/o/r/../../x" through, so the promise is checked. */
+	if (!found || owner.len == 0 || repo.len == 0 || !path_is_canonical(path))
+		return false;
+	for (size_t i = 0; i < n_grants; i++)
+		if (grant_matches(&grants[i], owner, repo))
+			return true;
+	return false;
+}

@@ -1,0 +1,397 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/cleanup.h"
+#include "gateway/github.h"
+#include "gateway/path.h"
+
+#define API "api.github.com"
+#define WEB "github.com"
+
+static void parse_ok(const char *s, const char *owner, const char *repo)
+{
+	struct gw_github_grant g;
+	memset(&g, 'X', sizeof(g));
+	int r = gw_github_grant_parse(s, &g);
+	if (r != 0)
+		print_error("grant \"%s\": got %d\n", s, r);
+	assert_int_equal(r, 0);
+	assert_string_equal(g.owner, owner);
+	assert_string_equal(g.repo, repo);
+}
+
+static void parse_bad(const char *s)
+{
+	struct gw_github_grant g;
+	memset(&g, 'X', sizeof(g));
+	int r = gw_github_grant_parse(s, &g);
+	if (r != -EINVAL)
+		print_error("grant \"%s\": got %d, want -EINVAL\n", s ? s : "(null)", r);
+	assert_int_equal(r, -EINVAL);
+	/* Left alone on failure. */
+	assert_int_equal(g.owner[0], 'X');
+	assert_int_equal(g.repo[0], 'X');
+}
+
+static struct gw_github_grant grant(const char *s)
+{
+	struct gw_github_grant g;
+	assert_int_equal(gw_github_grant_parse(s, &g), 0);
+	return g;
+}
+
+static bool allowed1(const char *grant_text, const char *host, const char *path)
+{
+	struct gw_github_grant g = grant(grant_text);
+	return gw_github_allowed(&g, 1, host, path);
+}
+
+static void test_parse_valid(void **state)
+{
+	parse_ok("octo/hello-world", "octo", "hello-world");
+	parse_ok("a/b", "a", "b");
+	/* Case is kept as written; matching ignores it. */
+	parse_ok("Octo-Org/Hello_World.js", "Octo-Org", "Hello_World.js");
+	parse_ok("a-b-c/x", "a-b-c", "x");
+	parse_ok("0/9", "0", "9");
+	/* Repository names may start with or be made of '.', '-', '_'. */
+	parse_ok("o/.github", "o", ".github");
+	parse_ok("o/...", "o", "...");
+	parse_ok("o/.a", "o", ".a");
+	parse_ok("o/..a", "o", "..a");
+	parse_ok("o/-", "o", "-");
+	parse_ok("o/_", "o", "_");
+	parse_ok("o/--x--", "o", "--x--");
+	/* ".git" is refused only at the very end. */
+	parse_ok("o/r.gitx", "o", "r.gitx");
+	parse_ok("o/r.git.x", "o", "r.git.x");
+	parse_ok("o/git", "o", "git");
+	parse_ok("o/rgit", "o", "rgit");
+	parse_ok("o/.gi", "o", ".gi");
+}
+
+static void test_parse_invalid(void **state)
+{
+	static const char *const refused[] = {
+		/* Shape. */
+		"", "/", "o", "o/", "/r", "o/r/", "o/r/x", "o//r", "//", "/o/r", "github:o/r",
+		"https://github.com/o/r", "o/r ", " o/r", "o /r", "o/r\n", "o\t/r",
+		/* Owner: letters, digits, single inner hyphens. */
+		"-o/r", "o-/r", "-/r", "o--x/r", "o_x/r", "o.x/r", "o+x/r", "O@x/r",
+		/* Repository: no "." or "..", no ".git" ending in any case. */
+		"o/.", "o/..", "o/r.git", "o/r.GIT", "o/r.Git", "o/.git", "o/..git", "o/a.b.git",
+		/* Repository: nothing but letters, digits, '-', '_', '.'. */
+		"o/r x", "o/r%2e", "o/r%2F..", "o/r?x", "o/r#x", "o/r:x", "o/r;x", "o/r@x", "o/r+x",
+		"o/r\\x", "o/r*",
+		/* Non-ASCII: UTF-8, Latin-1, a lookalike. */
+		"o/r\xc3\xa9", "\xc3\xb6/r", "o/r\x80", "o/\xff", "o\xe2\x80\x8b/r",
+		"o/\xd0\xb0", /* Cyrillic a */
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(refused); i++)
+		parse_bad(refused[i]);
+	parse_bad(NULL);
+	assert_int_equal(gw_github_grant_parse("o/r", NULL), -EINVAL);
+}
+
+static void test_parse_limits(void **state)
+{
+	char s[256], owner[64], repo[128], path[512];
+	memset(owner, 'o', GW_GITHUB_OWNER_MAX);
+	owner[GW_GITHUB_OWNER_MAX] = '\0';
+	memset(repo, 'r', GW_GITHUB_REPO_MAX);
+	repo[GW_GITHUB_REPO_MAX] = '\0';
+
+	snprintf(s, sizeof(s), "%s/%s", owner, repo);
+	parse_ok(s, owner, repo);
+	/* A full-length grant matches, and only itself. */
+	struct gw_github_grant g = grant(s);
+	snprintf(path, sizeof(path), "/repos/%s/%s", owner, repo);
+	assert_true(gw_github_allowed(&g, 1, API, path));
+	snprintf(path, sizeof(path), "/%s/%s.git/info/refs", owner, repo);
+	assert_true(gw_github_allowed(&g, 1, WEB, path));
+	snprintf(path, sizeof(path), "/repos/%s/%sr", owner, repo);
+	assert_false(gw_github_allowed(&g, 1, API, path));
+	snprintf(path, sizeof(path), "/repos/%so/%s", owner, repo);
+	assert_false(gw_github_allowed(&g, 1, API, path));
+
+	/* One more on either side is too long. */
+	snprintf(s, sizeof(s), "%so/%s", owner, repo);
+	parse_bad(s);
+	snprintf(s, sizeof(s), "%s/%sr", owner, repo);
+	parse_bad(s);
+	/* Hyphens count toward the limit too. */
+	snprintf(s, sizeof(s), "%.37s-o/r", owner);
+	parse_ok(s, "ooooooooooooooooooooooooooooooooooooo-o", "r");
+	snprintf(s, sizeof(s), "%.38s-o/r", owner);
+	parse_bad(s);
+}
+
+static void test_api(void **state)
+{
+	const char *g = "Octo/Hello-World";
+	/* The repository itself and anything below it, in any case. */
+	assert_true(allowed1(g, API, "/repos/octo/hello-world"));
+	assert_true(allowed1(g, API, "/repos/Octo/Hello-World"));
+	assert_true(allowed1(g, API, "/repos/OCTO/HELLO-WORLD"));
+	assert_true(allowed1(g, API, "/repos/octo/hello-world/"));
+	assert_true(allowed1(g, API, "/repos/octo/hello-world/issues"));
+	assert_true(allowed1(g, API, "/repos/octo/hello-world/git/refs/heads/main"));
+	assert_true(allowed1(g, API, "/repos/octo/hello-world/contents/a%20b.txt"));
+	assert_true(allowed1(g, API, "/repos/octo/hello-world/compare/main...dev"));
+
+	/* Siblings: other repositories, whole segments only. */
+	assert_false(allowed1(g, API, "/repos/octo/hello-world-evil"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world-evil/issues"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-worldx"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-worl"));
+	assert_false(allowed1(g, API, "/repos/octo/xhello-world"));
+	assert_false(allowed1(g, API, "/repos/octo-x/hello-world"));
+	assert_false(allowed1(g, API, "/repos/octox/hello-world"));
+	assert_false(allowed1(g, API, "/repos/hello-world/octo"));
+	assert_false(allowed1(g, API, "/repos/octo/other"));
+	/* No ".git" on the API: "hello-world.git" is no repository. */
+	assert_false(allowed1(g, API, "/repos/octo/hello-world.git"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world.git/issues"));
+	/* Not a repository path. */
+	assert_false(allowed1(g, API, "/repos/octo"));
+	assert_false(allowed1(g, API, "/repos/octo/"));
+	assert_false(allowed1(g, API, "/repos/"));
+	assert_false(allowed1(g, API, "/repos"));
+	assert_false(allowed1(g, API, "/"));
+	assert_false(allowed1(g, API, "/user/repos"));
+	assert_false(allowed1(g, API, "/orgs/octo/repos"));
+	assert_false(allowed1(g, API, "/REPOS/octo/hello-world"));
+	assert_false(allowed1(g, API, "/x/repos/octo/hello-world"));
+	assert_false(allowed1(g, API, "/repositories/1/hello-world"));
+	/* The smart-HTTP form belongs to github.com. */
+	assert_false(allowed1(g, API, "/octo/hello-world/info/refs"));
+}
+
+static void test_api_not_canonical(void **state)
+{
+	const char *g = "octo/hello-world";
+	/* Raw tricks never match, even where the prefix looks right. */
+	assert_false(allowed1(g, API, "/repos/octo/hello-world/../../other/x"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world/./x"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world/%2e%2e/%2e%2e/other/x"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world%2F..%2Fother"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world%2f"));
+	assert_false(allowed1(g, API, "/repos//octo/hello-world"));
+	assert_false(allowed1(g, API, "/repos/octo//hello-world"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world//x"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world?x=1"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world#x"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world;x"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world\\..\\x"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world/%252e%252e/x"));
+	/* Encoded unreserved characters: not canonical as written... */
+	assert_false(allowed1(g, API, "/repos/%6fcto/hello-world"));
+	assert_false(allowed1(g, API, "/repos/octo/hello%2Dworld"));
+	assert_false(allowed1(g, API, "/repos/octo/hello-world%3a"));
+	assert_false(allowed1(g, API, ""));
+	assert_false(allowed1(g, API, "repos/octo/hello-world"));
+
+	/* ...and fine once canonicalized, which is how the gateway calls. */
+	static const struct {
+		const char *target;
+		int r;
+		bool allowed;
+	} pipeline[] = {
+		{ "/repos/%6fcto/hello%2Dworld/pulls?state=all", 0, true },
+		{ "/repos/%4F%43%54%4F/hello-world", 0, true },
+		{ "/repos/octo/hello-world/%2e%2e/%2e%2e/other/x", -EINVAL, false },
+		{ "/repos/octo/hello-world/..%2F..%2Fother", -EINVAL, false },
+		{ "/repos/octo/hello-world%2F..%2Fx", -EINVAL, false },
+		{ "/repos/octo/hello-world%252F..%252Fx", -EINVAL, false },
+		{ "/repos/octo/hello-world%2D%65vil", 0, false },
+		{ "/repos/octo/hello-world%2Egit", 0, false },
+		{ "/repos/octo/hello-world%20", 0, false },
+		{ "/repos/octo/hello-world%00", -EINVAL, false },
+		{ "/repos/octo/hello-world;/../../x", -EINVAL, false },
+	};
+	struct gw_github_grant gr = grant(g);
+	for (size_t i = 0; i < ARRAY_SIZE(pipeline); i++) {
+		char out[GW_PATH_MAX + 1];
+		size_t q;
+		const char *t = pipeline[i].target;
+		int r = gw_path_canonical(t, strlen(t), out, sizeof(out), &q);
+		if (r != pipeline[i].r)
+			print_error("%s: got %d\n", t, r);
+		assert_int_equal(r, pipeline[i].r);
+		if (r == 0)
+			assert_int_equal(gw_github_allowed(&gr, 1, API, out), pipeline[i].allowed);
+	}
+}
+
+static void test_git(void **state)
+{
+	const char *g = "octo/hello-world";
+	static const char *const endpoints[] = { "info/refs", "git-upload-pack",
+						 "git-receive-pack" };
+	for (size_t i = 0; i < ARRAY_SIZE(endpoints); i++) {
+		char p[128];
+		snprintf(p, sizeof(p), "/octo/hello-world/%s", endpoints[i]);
+		assert_true(allowed1(g, WEB, p));
+		snprintf(p, sizeof(p), "/octo/hello-world.git/%s", endpoints[i]);
+		assert_true(allowed1(g, WEB, p));
+		snprintf(p, sizeof(p), "/OCTO/Hello-World.git/%s", endpoints[i]);
+		assert_true(allowed1(g, WEB, p));
+		/* Exactly these: no trailing slash, nothing below. */
+		snprintf(p, sizeof(p), "/octo/hello-world/%s/", endpoints[i]);
+		assert_false(allowed1(g, WEB, p));
+		snprintf(p, sizeof(p), "/octo/hello-world.git/%s/x", endpoints[i]);
+		assert_false(allowed1(g, WEB, p));
+		snprintf(p, sizeof(p), "/octo/hello-world-evil/%s", endpoints[i]);
+		assert_false(allowed1(g, WEB, p));
+		snprintf(p, sizeof(p), "/octo/hello-world-evil.git/%s", endpoints[i]);
+		assert_false(allowed1(g, WEB, p));
+		snprintf(p, sizeof(p), "/octo-evil/hello-world/%s", endpoints[i]);
+		assert_false(allowed1(g, WEB, p));
+		snprintf(p, sizeof(p), "/repos/octo/hello-world/%s", endpoints[i]);
+		assert_false(allowed1(g, WEB, p));
+	}
+	/* The web UI and everything else on github.com: no credential. */
+	assert_false(allowed1(g, WEB, "/octo/hello-world"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world/"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world.git"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world/blob/main/README.md"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world/archive/refs/heads/main.zip"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world/info"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world/info/refsx"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world/INFO/REFS"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world/git-upload-pack2"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world/info/lfs/objects/batch"));
+	assert_false(allowed1(g, WEB, "/repos/octo/hello-world"));
+	/* One ".git", lower case, and a name before it. */
+	assert_false(allowed1(g, WEB, "/octo/hello-world.git.git/info/refs"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world.GIT/info/refs"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world.gitx/info/refs"));
+	assert_false(allowed1(g, WEB, "/octo/.git/info/refs"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world.wiki.git/info/refs"));
+	assert_false(allowed1(g, WEB, "/octo/hello-worldgit/info/refs"));
+	assert_false(allowed1("o/r", WEB, "/o/r-git/info/refs"));
+	assert_false(allowed1("o/r", WEB, "/o/rxgit/info/refs"));
+	assert_false(allowed1("o/r", WEB, "/o/r.gi/info/refs"));
+	assert_false(allowed1("o/r", WEB, "/o/r.git/.git/info/refs"));
+	assert_false(allowed1(g, WEB, "/octo.git/hello-world/info/refs"));
+	/* Not canonical. */
+	assert_false(allowed1(g, WEB, "/octo/hello-world/x/../info/refs"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world%2Einfo/refs"));
+	assert_false(allowed1(g, WEB, "//octo/hello-world/info/refs"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world/info/refs?service=git-upload-pack"));
+	assert_false(allowed1(g, WEB, "/octo/hello-world%2Fx/info/refs"));
+	/* A repository whose name ends in dots or is made of them. */
+	assert_true(allowed1("o/r.", WEB, "/o/r..git/info/refs"));
+	assert_true(allowed1("o/r.", WEB, "/o/r./info/refs"));
+	assert_true(allowed1("o/...", WEB, "/o/.../git-upload-pack"));
+	assert_true(allowed1("o/...", API, "/repos/o/..."));
+	assert_true(allowed1("o/.github", WEB, "/o/.github.git/info/refs"));
+	assert_true(allowed1("o/.github", API, "/repos/o/.github/contents"));
+}
+
+static void test_hosts(void **state)
+{
+	static const char *const hosts[] = {
+		"",
+		"API.GITHUB.COM",
+		"GitHub.com",
+		"api.github.com.",
+		"github.com.",
+		"api.github.com:443",
+		"uploads.github.com",
+		"gist.github.com",
+		"raw.githubusercontent.com",
+		"codeload.github.com",
+		"github.com.evil.net",
+		"evilgithub.com",
+		"evil-api.github.com",
+		"api.github.co",
+		"www.github.com",
+		"api.github.com\n",
+		"objects.githubusercontent.com",
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(hosts); i++) {
+		assert_false(allowed1("octo/r", hosts[i], "/repos/octo/r"));
+		assert_false(allowed1("octo/r", hosts[i], "/octo/r/info/refs"));
+	}
+	struct gw_github_grant g = grant("octo/r");
+	assert_false(gw_github_allowed(&g, 1, NULL, "/repos/octo/r"));
+	assert_false(gw_github_allowed(&g, 1, API, NULL));
+	assert_true(gw_github_allowed(&g, 1, API, "/repos/octo/r"));
+}
+
+static void test_grant_sets(void **state)
+{
+	struct gw_github_grant gs[3];
+	gs[0] = grant("alpha/one");
+	gs[1] = grant("beta/two");
+	gs[2] = grant("gamma-x/three.js");
+
+	/* No grants: nothing, whatever the path. */
+	assert_false(gw_github_allowed(gs, 0, API, "/repos/alpha/one"));
+	assert_false(gw_github_allowed(NULL, 0, API, "/repos/alpha/one"));
+	assert_false(gw_github_allowed(NULL, 3, API, "/repos/alpha/one"));
+	assert_false(gw_github_allowed(gs, 0, WEB, "/alpha/one/info/refs"));
+
+	assert_true(gw_github_allowed(gs, 3, API, "/repos/alpha/one"));
+	assert_true(gw_github_allowed(gs, 3, API, "/repos/beta/two/pulls"));
+	assert_true(gw_github_allowed(gs, 3, API, "/repos/Gamma-X/Three.JS"));
+	assert_true(gw_github_allowed(gs, 3, WEB, "/beta/two.git/git-receive-pack"));
+	assert_true(gw_github_allowed(gs, 3, WEB, "/gamma-x/three.js.git/info/refs"));
+	assert_true(gw_github_allowed(gs, 3, WEB, "/gamma-x/three.js/info/refs"));
+	/* Owner of one grant with the repository of another. */
+	assert_false(gw_github_allowed(gs, 3, API, "/repos/alpha/two"));
+	assert_false(gw_github_allowed(gs, 3, API, "/repos/beta/one"));
+	assert_false(gw_github_allowed(gs, 3, WEB, "/beta/one/info/refs"));
+	assert_false(gw_github_allowed(gs, 3, API, "/repos/gamma/three.js"));
+	assert_false(gw_github_allowed(gs, 3, API, "/repos/gamma-x/three"));
+	/* Only the first n count. */
+	assert_false(gw_github_allowed(gs, 1, API, "/repos/beta/two"));
+	assert_true(gw_github_allowed(gs, 2, API, "/repos/beta/two"));
+	assert_false(gw_github_allowed(gs, 2, API, "/repos/gamma-x/three.js"));
+}
+
+static void test_unparsed_grants(void **state)
+{
+	/* Grants built by hand: empty or unterminated names match nothing. */
+	struct gw_github_grant empty;
+	memset(&empty, 0, sizeof(empty));
+	assert_false(gw_github_allowed(&empty, 1, API, "/repos/x/y"));
+	assert_false(gw_github_allowed(&empty, 1, WEB, "/x/.git/info/refs"));
+
+	struct gw_github_grant full;
+	memset(&full, 'a', sizeof(full));
+	char path[512];
+	snprintf(path, sizeof(path), "/repos/%.*s/%.*s", (int)sizeof(full.owner), full.owner,
+		 (int)sizeof(full.repo), full.repo);
+	assert_false(gw_github_allowed(&full, 1, API, path));
+
+	struct gw_github_grant half = grant("o/r");
+	half.repo[0] = '\0';
+	assert_false(gw_github_allowed(&half, 1, API, "/repos/o/r"));
+	assert_false(gw_github_allowed(&half, 1, WEB, "/o/.git/info/refs"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_valid),
+		cmocka_unit_test(test_parse_invalid),
+		cmocka_unit_test(test_parse_limits),
+		cmocka_unit_test(test_api),
+		cmocka_unit_test(test_api_not_canonical),
+		cmocka_unit_test(test_git),
+		cmocka_unit_test(test_hosts),
+		cmocka_unit_test(test_grant_sets),
+		cmocka_unit_test(test_unparsed_grants),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
