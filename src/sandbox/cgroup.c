@@ -280,15 +280,6 @@ int sbx_cgroup_create(const struct sbx_settings *set, const char *id,
 	return 0;
 }
 
-int sbx_cgroup_reopen(struct sbx_cgroup *cg)
-{
-	cg->dirfd = -1;
-	if (!cg->v2 || !cg->present[0])
-		return 0;
-	cg->dirfd = open(cg->path[0], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	return cg->dirfd < 0 ? -errno : 0;
-}
-
 int sbx_cgroup_attach(const struct sbx_cgroup *cg, pid_t pid)
 {
 	char v[32];

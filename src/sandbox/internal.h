@@ -88,7 +88,6 @@ int sbx_cgroup_attach(const struct sbx_cgroup *cg, pid_t pid);
 uint64_t sbx_cgroup_oom_kills(const struct sbx_cgroup *cg);
 int sbx_cgroup_destroy(const struct sbx_cgroup *cg);
 void sbx_cgroup_close(struct sbx_cgroup *cg);
-int sbx_cgroup_reopen(struct sbx_cgroup *cg);
 /* Removes cgroups below the parent whose names are not live sandbox ids. */
 int sbx_cgroup_gc(const struct sbx_settings *set, bool (*alive)(const char *id, void *ud),
 		  void *ud, unsigned *removed);

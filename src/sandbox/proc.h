@@ -17,7 +17,7 @@
 #define SBX_MSG_MAGIC 0x61726c6bu /* "arlk" */
 
 enum sbx_msg_kind {
-	SBX_MSG_STARTED = 1, /* value: host pid of the process to kill on timeout */
+	SBX_MSG_STARTED = 1, /* keeper to creator: value the init's pid, text its start time */
 	SBX_MSG_READY,       /* setup finished */
 	SBX_MSG_ERROR,       /* value: negative errno, text: reason */
 	SBX_MSG_EXITED,      /* value: exit code */

@@ -271,9 +271,7 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 		if (idx_status >= 0 && pfd[idx_status].revents) {
 			struct sbx_msg m;
 			int mr = sbx_msg_recv(status, &m);
-			if (mr == 0 && m.kind == SBX_MSG_STARTED) {
-				/* Informational: kills go through pidfds we hold. */
-			} else if (mr == 0 && (m.kind == SBX_MSG_EXITED || m.kind == SBX_MSG_SIGNALED)) {
+			if (mr == 0 && (m.kind == SBX_MSG_EXITED || m.kind == SBX_MSG_SIGNALED)) {
 				/* A status after the deadline is the kill's, not the
 				 * command's own: the outcome stays "timed out". */
 				if (!timed_out && !interrupted) {
@@ -287,7 +285,8 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 				status = -1;
 				kill_pidfd(kill_fd);
 			} else {
-				/* End of stream without a status: the sandbox died. */
+				/* End of stream without a status (the sandbox died), or a
+				 * record that has no business here. */
 				status = -1;
 				kill_pidfd(kill_fd);
 			}
