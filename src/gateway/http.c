@@ -1,0 +1,410 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The request-head parser. One pass from the start of the buffer on every
+ * call: each refusal is decided at a byte position from the bytes before
+ * it, in buffer order, so a longer buffer can only reach the same decision
+ * (or get further), and a strict prefix of a good head always needs more.
+ * Where RFC 9110/9112 let a recipient choose between repairing and
+ * refusing, this refuses; where two implementations could read a field two
+ * ways (lists, signs, leading zeros, odd hosts), this refuses too.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "gateway/http.h"
+
+#define HTTP_BAD -400
+#define HTTP_URI_TOO_LONG -414
+#define HTTP_HEAD_TOO_LARGE -431
+#define HTTP_NOT_IMPLEMENTED -501
+
+struct http_parse {
+	struct gw_http_request req;
+	bool http10;
+	bool connect;
+	bool have_host;
+	bool have_length;
+	bool have_chunked;
+	bool connection_upgrade;
+	bool have_upgrade;
+};
+
+static char ascii_lower(char c)
+{
+	return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+static bool span_eq_span_ci(struct gw_span a, struct gw_span b)
+{
+	if (a.len != b.len)
+		return false;
+	for (size_t i = 0; i < a.len; i++)
+		if (ascii_lower(a.p[i]) != ascii_lower(b.p[i]))
+			return false;
+	return true;
+}
+
+bool gw_span_eq_ci(struct gw_span s, const char *lit)
+{
+	if (!lit)
+		return false;
+	return span_eq_span_ci(s, (struct gw_span){ lit, strlen(lit) });
+}
+
+static bool is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static bool is_alpha(char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+
+/* RFC 9110 tchar. */
+static bool is_tchar(char c)
+{
+	if (is_alpha(c) || is_digit(c))
+		return true;
+	return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static bool is_token(struct gw_span s)
+{
+	if (s.len == 0)
+		return false;
+	for (size_t i = 0; i < s.len; i++)
+		if (!is_tchar(s.p[i]))
+			return false;
+	return true;
+}
+
+static bool is_ows(char c)
+{
+	return c == ' ' || c == '\t';
+}
+
+static struct gw_span trim_ows(struct gw_span s)
+{
+	while (s.len > 0 && is_ows(s.p[0])) {
+		s.p++;
+		s.len--;
+	}
+	while (s.len > 0 && is_ows(s.p[s.len - 1]))
+		s.len--;
+	return s;
+}
+
+/* 1..65535 as 1-5 digits without a leading zero: "0443" is 443 to some
+ * and 291 (octal) to others. */
+static bool is_port(const char *p, size_t n)
+{
+	if (n == 0 || n > 5 || p[0] == '0')
+		return false;
+	uint32_t v = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!is_digit(p[i]))
+			return false;
+		v = v * 10 + (uint32_t)(p[i] - '0');
+	}
+	return v <= 65535;
+}
+
+/*
+ * host [":" port], the host a registered name of letters, digits, '-',
+ * '.', '_' and '~' (no percent-encoding, sub-delims or userinfo) or an
+ * IPv6 literal in brackets (hex digits, ':' and '.'; no zone, no
+ * IPvFuture). Stricter than RFC 3986, so no resolver reads it differently.
+ */
+static bool is_authority(struct gw_span a, bool need_port)
+{
+	size_t i = 0;
+	if (a.len == 0)
+		return false;
+	if (a.p[0] == '[') {
+		bool colon = false;
+		for (i = 1; i < a.len && a.p[i] != ']'; i++) {
+			char c = a.p[i];
+			if (c == ':')
+				colon = true;
+			else if (!is_digit(c) &&
+				 !(ascii_lower(c) >= 'a' && ascii_lower(c) <= 'f') && c != '.')
+				return false;
+		}
+		if (i == a.len || !colon || i < 3)
+			return false;
+		i++; /* the ']' */
+	} else {
+		for (; i < a.len && a.p[i] != ':'; i++) {
+			char c = a.p[i];
+			if (!is_alpha(c) && !is_digit(c) && c != '-' && c != '.' && c != '_' &&
+			    c != '~')
+				return false;
+		}
+		if (i == 0)
+			return false;
+	}
+	if (i == a.len)
+		return !need_port;
+	if (a.p[i] != ':')
+		return false;
+	return is_port(a.p + i + 1, a.len - i - 1);
+}
+
+/* 1*DIGIT without a leading zero (but "0"), fitting uint64_t. */
+static bool parse_length(struct gw_span v, uint64_t *ret)
+{
+	uint64_t n = 0;
+	if (v.len == 0 || (v.p[0] == '0' && v.len > 1))
+		return false;
+	for (size_t i = 0; i < v.len; i++) {
+		if (!is_digit(v.p[i]))
+			return false;
+		uint64_t d = (uint64_t)(v.p[i] - '0');
+		if (n > (UINT64_MAX - d) / 10)
+			return false;
+		n = n * 10 + d;
+	}
+	*ret = n;
+	return true;
+}
+
+/* The request line (without CRLF; bytes already known to be VCHAR or SP). */
+static int parse_request_line(struct http_parse *st, const char *line, size_t len)
+{
+	struct gw_http_request *req = &st->req;
+	const char *sp1 = memchr(line, ' ', len);
+	const char *sp2 = NULL;
+	for (size_t i = len; i > 0; i--)
+		if (line[i - 1] == ' ') {
+			sp2 = line + i - 1;
+			break;
+		}
+	if (!sp1 || sp1 == sp2)
+		return HTTP_BAD;
+
+	req->method = (struct gw_span){ line, (size_t)(sp1 - line) };
+	req->target = (struct gw_span){ sp1 + 1, (size_t)(sp2 - sp1 - 1) };
+	struct gw_span version = { sp2 + 1, (size_t)(line + len - sp2 - 1) };
+	if (!is_token(req->method) || req->target.len == 0)
+		return HTTP_BAD;
+	if (memchr(req->target.p, ' ', req->target.len))
+		return HTTP_BAD;
+	/* HTTP-name is case-sensitive. */
+	if (version.len != 8 || memcmp(version.p, "HTTP/1.", 7) != 0 ||
+	    (version.p[7] != '1' && version.p[7] != '0'))
+		return HTTP_BAD;
+	st->http10 = version.p[7] == '0';
+	/* Methods are case-sensitive: "connect" is some other method. */
+	st->connect = req->method.len == 7 && memcmp(req->method.p, "CONNECT", 7) == 0;
+
+	struct gw_span t = req->target;
+	if (st->connect) {
+		if (!is_authority(t, true))
+			return HTTP_BAD;
+		req->form = GW_FORM_AUTHORITY;
+		req->authority = t;
+		return 0;
+	}
+	if (t.p[0] == '/') {
+		req->form = GW_FORM_ORIGIN;
+		req->path = t;
+		return 0;
+	}
+	if (t.len > 7 && gw_span_eq_ci((struct gw_span){ t.p, 7 }, "http://")) {
+		/* The authority ends at the path, which must be there: '?',
+		 * '#' or '@' in it fail is_authority(). */
+		const char *slash = memchr(t.p + 7, '/', t.len - 7);
+		if (!slash)
+			return HTTP_BAD;
+		struct gw_span a = { t.p + 7, (size_t)(slash - t.p - 7) };
+		if (!is_authority(a, false))
+			return HTTP_BAD;
+		req->form = GW_FORM_ABSOLUTE;
+		req->authority = a;
+		req->path = (struct gw_span){ slash, (size_t)(t.p + t.len - slash) };
+		return 0;
+	}
+	/* Asterisk-form, authority-form without CONNECT, other schemes. */
+	return HTTP_BAD;
+}
+
+static int parse_connection(struct http_parse *st, struct gw_span v)
+{
+	size_t start = 0;
+	for (size_t i = 0; i <= v.len; i++) {
+		if (i < v.len && v.p[i] != ',')
+			continue;
+		struct gw_span e = trim_ows((struct gw_span){ v.p + start, i - start });
+		start = i + 1;
+		/* Empty elements are allowed (RFC 9110 5.6.1); anything
+		 * else must be a token. */
+		if (e.len == 0)
+			continue;
+		if (!is_token(e))
+			return HTTP_BAD;
+		if (gw_span_eq_ci(e, "close"))
+			st->req.connection_close = true;
+		else if (gw_span_eq_ci(e, "upgrade"))
+			st->connection_upgrade = true;
+	}
+	return 0;
+}
+
+/* A complete field line; name is a token, value trimmed and checked. */
+static int parse_field(struct http_parse *st, struct gw_span name, struct gw_span value)
+{
+	struct gw_http_request *req = &st->req;
+
+	if (gw_span_eq_ci(name, "Transfer-Encoding")) {
+		if (st->http10)
+			return HTTP_NOT_IMPLEMENTED;
+		/* One field, exactly "chunked": no list, no other coding. */
+		if (st->have_chunked || st->have_length || st->connect ||
+		    !gw_span_eq_ci(value, "chunked"))
+			return HTTP_BAD;
+		st->have_chunked = true;
+		req->body = GW_BODY_CHUNKED;
+	} else if (gw_span_eq_ci(name, "Content-Length")) {
+		uint64_t n;
+		if (st->have_length || st->have_chunked || st->connect || !parse_length(value, &n))
+			return HTTP_BAD;
+		st->have_length = true;
+		req->body = GW_BODY_LENGTH;
+		req->content_length = n;
+	} else if (gw_span_eq_ci(name, "Host")) {
+		if (st->have_host || !is_authority(value, false))
+			return HTTP_BAD;
+		/* Where the request goes must not depend on which of the two
+		 * a server looks at. */
+		if (req->form != GW_FORM_ORIGIN && !span_eq_span_ci(value, req->authority))
+			return HTTP_BAD;
+		st->have_host = true;
+		req->host = value;
+	} else if (gw_span_eq_ci(name, "Connection")) {
+		return parse_connection(st, value);
+	} else if (gw_span_eq_ci(name, "Upgrade")) {
+		if (value.len > 0)
+			st->have_upgrade = true;
+	}
+	return 0;
+}
+
+/*
+ * Looks at the line ending at the CR at buf[i]: 0 to go on (a CRLF at
+ * i, i+1), 1 when the LF has not arrived yet, or a refusal.
+ */
+static int line_end(const char *buf, size_t len, size_t i)
+{
+	/* The LF would make the head one byte too long. */
+	if (i + 1 >= GW_HTTP_HEAD_MAX)
+		return HTTP_HEAD_TOO_LARGE;
+	if (i + 1 >= len)
+		return 1;
+	return buf[i + 1] == '\n' ? 0 : HTTP_BAD;
+}
+
+int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *ret)
+{
+	struct http_parse st = { 0 };
+	size_t i;
+	int r;
+
+	if (!buf)
+		return len == 0 ? 0 : HTTP_BAD;
+
+	/* The request line: VCHAR and SP only, CRLF-terminated. */
+	for (i = 0;; i++) {
+		if (i >= len)
+			return 0;
+		char c = buf[i];
+		if (c == '\r')
+			break;
+		if (i >= GW_HTTP_LINE_MAX)
+			return HTTP_URI_TOO_LONG;
+		unsigned char u = (unsigned char)c;
+		if (u < 0x20 || u >= 0x7f)
+			return HTTP_BAD; /* bare LF, CTL, NUL, obs-text */
+	}
+	r = line_end(buf, len, i);
+	if (r != 0)
+		return r > 0 ? 0 : r;
+	r = parse_request_line(&st, buf, i);
+	if (r < 0)
+		return r;
+	i += 2;
+
+	/* Field lines, up to the empty line. */
+	for (;;) {
+		if (i >= GW_HTTP_HEAD_MAX)
+			return HTTP_HEAD_TOO_LARGE;
+		if (i >= len)
+			return 0;
+		char c = buf[i];
+		if (c == '\r') {
+			r = line_end(buf, len, i);
+			if (r != 0)
+				return r > 0 ? 0 : r;
+			i += 2;
+			break;
+		}
+		if (is_ows(c))
+			return HTTP_BAD; /* obs-fold, or whitespace before the first field */
+		if (st.req.n_fields == GW_HTTP_MAX_FIELDS)
+			return HTTP_HEAD_TOO_LARGE;
+
+		size_t name_start = i;
+		for (;; i++) {
+			if (i >= GW_HTTP_HEAD_MAX)
+				return HTTP_HEAD_TOO_LARGE;
+			if (i >= len)
+				return 0;
+			if (buf[i] == ':')
+				break;
+			/* Also SP or HTAB before the colon, CR/LF without one. */
+			if (!is_tchar(buf[i]))
+				return HTTP_BAD;
+		}
+		struct gw_span name = { buf + name_start, i - name_start };
+		if (name.len == 0)
+			return HTTP_BAD;
+		i++;
+
+		size_t value_start = i;
+		for (;; i++) {
+			if (i >= GW_HTTP_HEAD_MAX)
+				return HTTP_HEAD_TOO_LARGE;
+			if (i >= len)
+				return 0;
+			unsigned char u = (unsigned char)buf[i];
+			if (u == '\r')
+				break;
+			/* VCHAR, SP, HTAB; no obs-text. */
+			if (u != '\t' && (u < 0x20 || u >= 0x7f))
+				return HTTP_BAD;
+		}
+		r = line_end(buf, len, i);
+		if (r != 0)
+			return r > 0 ? 0 : r;
+		struct gw_span value =
+			trim_ows((struct gw_span){ buf + value_start, i - value_start });
+		i += 2;
+
+		r = parse_field(&st, name, value);
+		if (r < 0)
+			return r;
+		st.req.fields[st.req.n_fields++] = (struct gw_http_field){ name, value };
+	}
+
+	if (!st.have_host)
+		return HTTP_BAD;
+	st.req.upgrade = st.connection_upgrade && st.have_upgrade;
+	/* HTTP/1.0 has no persistent connections here (no keep-alive). */
+	if (st.http10)
+		st.req.connection_close = true;
+	st.req.head_len = i;
+	if (ret)
+		*ret = st.req;
+	return 1;
+}

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A strict HTTP/1.1 request-head parser for the gateway.
+ *
+ * The head (request line and header section, up to the empty line) comes
+ * from a hostile sandbox and decides where a request goes and how its body
+ * is framed, so every way two servers could read it differently is refused
+ * rather than repaired (request smuggling). Bodies are not parsed here: the
+ * result says how the body is framed (none, Content-Length, chunked).
+ *
+ * The parser works on a buffer holding the bytes received so far: it either
+ * needs more bytes, refuses the head with an HTTP status to answer, or
+ * returns the head with every field as a view into the buffer.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GW_HTTP_LINE_MAX (8 * 1024)  /* request line, without CRLF */
+#define GW_HTTP_HEAD_MAX (64 * 1024) /* whole head, request line and final CRLF included */
+#define GW_HTTP_MAX_FIELDS 128
+
+struct gw_span {
+	const char *p;
+	size_t len;
+};
+
+struct gw_http_field {
+	struct gw_span name;  /* as received (a token; compare case-insensitively) */
+	struct gw_span value; /* leading and trailing spaces and tabs removed */
+};
+
+enum gw_http_body {
+	GW_BODY_NONE = 0,
+	GW_BODY_LENGTH,  /* content_length bytes */
+	GW_BODY_CHUNKED, /* Transfer-Encoding: chunked */
+};
+
+enum gw_http_form {
+	GW_FORM_ORIGIN = 0, /* "/path?query" */
+	GW_FORM_ABSOLUTE,   /* "http://host[:port]/path?query" (plain HTTP proxying) */
+	GW_FORM_AUTHORITY,  /* "host:port" (CONNECT only) */
+};
+
+struct gw_http_request {
+	struct gw_span method;    /* a token */
+	struct gw_span target;    /* as received */
+	enum gw_http_form form;
+	struct gw_span authority; /* absolute-form and CONNECT: host[:port] from the target */
+	struct gw_span path;      /* origin- and absolute-form: from the first '/' (query included) */
+	struct gw_span host;      /* the Host header's value */
+	struct gw_http_field fields[GW_HTTP_MAX_FIELDS];
+	size_t n_fields;
+	enum gw_http_body body;
+	uint64_t content_length;
+	bool connection_close;    /* "Connection: close" */
+	bool upgrade;             /* "Connection: upgrade" and an Upgrade header */
+	size_t head_len;          /* bytes of the head, final CRLF included */
+};
+
+/*
+ * Parses the head at the start of buf (len bytes so far).
+ * Returns 1 and fills *ret when a whole head is there; 0 when more bytes
+ * are needed (and the limits still allow them); or a negative HTTP status
+ * to answer before closing the connection:
+ *   -400  malformed: bare CR or LF, obs-fold (a line starting with space or
+ *         tab), a control byte or byte >= 0x80 in the request line, a field
+ *         name that is not a token, a space before the colon, a CTL other
+ *         than tab in a field value, a method that is not a token, a target
+ *         with a space, a version other than HTTP/1.1 or HTTP/1.0, no Host
+ *         or more than one Host, Host different from the absolute-form
+ *         authority, Content-Length that is not 1*DIGIT (or overflows), two
+ *         Content-Length fields (even equal ones), Content-Length together
+ *         with Transfer-Encoding, a Transfer-Encoding other than exactly
+ *         "chunked" (any other coding, a list, repeats), a CONNECT target
+ *         that is not host:port, any other method with an authority-form
+ *         target, an asterisk-form target
+ *   -414  request line longer than GW_HTTP_LINE_MAX
+ *   -431  head longer than GW_HTTP_HEAD_MAX, or more than GW_HTTP_MAX_FIELDS fields
+ *   -501  Transfer-Encoding on HTTP/1.0
+ * Never reads past buf + len.
+ */
+int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *ret);
+
+/* Case-insensitive token comparison of a span with a C string. */
+bool gw_span_eq_ci(struct gw_span s, const char *lit);
