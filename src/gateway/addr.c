@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include "gateway/addr.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/cleanup.h"
+#include "common/parse.h"
+
+struct range {
+	const char *cidr;
+	const char *why;
+};
+
+/* Never an upstream (RFC 6890 and friends). Checked in order; the first
+ * match names the reason. */
+static const struct range refused[] = {
+	{ "0.0.0.0/8", "this network" },
+	{ "10.0.0.0/8", "private" },
+	{ "100.64.0.0/10", "shared address space (CGNAT)" },
+	{ "127.0.0.0/8", "loopback" },
+	{ "169.254.0.0/16", "link-local (cloud metadata)" },
+	{ "172.16.0.0/12", "private" },
+	{ "192.0.0.0/24", "IETF protocol assignments" },
+	{ "192.0.2.0/24", "documentation" },
+	{ "192.88.99.0/24", "6to4 relay anycast" },
+	{ "192.168.0.0/16", "private" },
+	{ "198.18.0.0/15", "benchmarking" },
+	{ "198.51.100.0/24", "documentation" },
+	{ "203.0.113.0/24", "documentation" },
+	{ "224.0.0.0/4", "multicast" },
+	{ "240.0.0.0/4", "reserved" }, /* 255.255.255.255 included */
+	{ "::/128", "unspecified" },
+	{ "::1/128", "loopback" },
+	{ "::/96", "IPv4-compatible (embeds an IPv4 address)" },
+	{ "::ffff:0:0/96", "IPv4-mapped (embeds an IPv4 address)" },
+	{ "::ffff:0:0:0/96", "IPv4-translated (embeds an IPv4 address)" },
+	{ "64:ff9b::/96", "NAT64 (embeds an IPv4 address)" },
+	{ "64:ff9b:1::/48", "local NAT64 (embeds an IPv4 address)" },
+	{ "100::/64", "discard-only" },
+	{ "2001::/32", "Teredo (embeds an IPv4 address)" },
+	{ "2001::/23", "IETF protocol assignments" },
+	{ "2001:db8::/32", "documentation" },
+	{ "2002::/16", "6to4 (embeds an IPv4 address)" },
+	{ "3fff::/20", "documentation" },
+	{ "5f00::/16", "segment routing" },
+	{ "fc00::/7", "unique local (private; cloud metadata)" },
+	{ "fe80::/10", "link-local" },
+	{ "fec0::/10", "site-local" },
+	{ "ff00::/8", "multicast" },
+};
+
+int gw_cidr_parse(const char *s, struct gw_cidr *ret)
+{
+	if (!s)
+		return -EINVAL;
+	char buf[INET6_ADDRSTRLEN + 8];
+	size_t len = strlen(s);
+	if (len == 0 || len >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, s, len + 1);
+	char *slash = strchr(buf, '/');
+	struct gw_cidr c = { 0 };
+	if (slash)
+		*slash = '\0';
+	if (inet_pton(AF_INET, buf, c.addr) == 1) {
+		c.family = AF_INET;
+		c.prefix = 32;
+	} else if (inet_pton(AF_INET6, buf, c.addr) == 1) {
+		c.family = AF_INET6;
+		c.prefix = 128;
+	} else {
+		return -EINVAL;
+	}
+	if (slash) {
+		int p;
+		if (parse_int_range(slash + 1, 0, (int)c.prefix, &p) < 0 || slash[1] == '-')
+			return -EINVAL;
+		c.prefix = (unsigned)p;
+	}
+	/* Host bits set mean the rule does not say what it seems to. */
+	unsigned bytes = c.family == AF_INET ? 4 : 16;
+	for (unsigned bit = c.prefix; bit < bytes * 8; bit++)
+		if (c.addr[bit / 8] & (0x80u >> (bit % 8)))
+			return -EINVAL;
+	*ret = c;
+	return 0;
+}
+
+static bool addr_of(const struct sockaddr *sa, int *family, const uint8_t **addr)
+{
+	if (!sa)
+		return false;
+	if (sa->sa_family == AF_INET) {
+		*family = AF_INET;
+		*addr = (const uint8_t *)&((const struct sockaddr_in *)(const void *)sa)->sin_addr;
+		return true;
+	}
+	if (sa->sa_family == AF_INET6) {
+		*family = AF_INET6;
+		*addr = ((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr.s6_addr;
+		return true;
+	}
+	return false;
+}
+
+static bool contains(const struct gw_cidr *c, int family, const uint8_t *a)
+{
+	if (c->family != family)
+		return false;
+	unsigned full = c->prefix / 8, rest = c->prefix % 8;
+	if (memcmp(c->addr, a, full) != 0)
+		return false;
+	if (rest == 0)
+		return true;
+	uint8_t mask = (uint8_t)(0xffu << (8 - rest));
+	return (c->addr[full] & mask) == (a[full] & mask);
+}
+
+bool gw_cidr_contains(const struct gw_cidr *c, const struct sockaddr *sa)
+{
+	int family;
+	const uint8_t *a;
+	return c && addr_of(sa, &family, &a) && contains(c, family, a);
+}
+
+bool gw_addr_allowed(const struct sockaddr *sa, const struct gw_cidr *allow, size_t n_allow,
+		     const char **ret_reason)
+{
+	int family;
+	const uint8_t *a;
+	if (!addr_of(sa, &family, &a)) {
+		if (ret_reason)
+			*ret_reason = "not an IP address";
+		return false;
+	}
+	for (size_t i = 0; i < n_allow; i++)
+		if (contains(&allow[i], family, a))
+			return true;
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		struct gw_cidr c;
+		/* The table is ours (and unit-tested); should an entry ever not
+		 * parse, everything is refused rather than that range let out. */
+		if (gw_cidr_parse(refused[i].cidr, &c) < 0 || contains(&c, family, a)) {
+			if (ret_reason)
+				*ret_reason = refused[i].why;
+			return false;
+		}
+	}
+	return true;
+}
