@@ -4,7 +4,7 @@
 set -euo pipefail
 
 build=(meson ninja-build pkg-config gcc clang libseccomp-dev libyaml-dev libcmocka-dev
-       libjansson-dev)
+       libjansson-dev libssl-dev)
 test=(python3 python3-pytest busybox-static util-linux iproute2 procps)
 bench=(bubblewrap crun hyperfine)
 
