@@ -59,6 +59,9 @@ static void node_free(struct config_node *n)
 	}
 	free(n->pairs);
 	free(n->items);
+	/* Scalars may be secrets (a vault is config too): wiped, not just freed. */
+	if (n->value)
+		explicit_bzero(n->value, strlen(n->value));
 	free(n->value);
 	free(n);
 }
