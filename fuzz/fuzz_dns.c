@@ -16,14 +16,6 @@
 #include "gateway/dns.h"
 #include "fuzz.h"
 
-#define check(cond)                                                                          \
-	do {                                                                                 \
-		if (!(cond)) {                                                               \
-			fprintf(stderr, "fuzz_dns: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-			abort();                                                             \
-		}                                                                            \
-	} while (0)
-
 struct seen {
 	size_t calls;
 	bool said;

@@ -16,14 +16,6 @@
 #include "gateway/http.h"
 #include "fuzz.h"
 
-#define check(cond)                                                                           \
-	do {                                                                                  \
-		if (!(cond)) {                                                                \
-			fprintf(stderr, "fuzz_http: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-			abort();                                                              \
-		}                                                                             \
-	} while (0)
-
 static char lower(char c)
 {
 	return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;

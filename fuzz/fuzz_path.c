@@ -19,14 +19,6 @@
 #include "gateway/path.h"
 #include "fuzz.h"
 
-#define check(cond)                                                                           \
-	do {                                                                                  \
-		if (!(cond)) {                                                                \
-			fprintf(stderr, "fuzz_path: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-			abort();                                                              \
-		}                                                                             \
-	} while (0)
-
 static const char *const grant_texts[] = { "octo/hello-world", "a/b.c", "Zz-9/...", "x/.github" };
 
 static int hex_value(char c)

@@ -155,6 +155,27 @@ static int sign(X509 *x, EVP_PKEY *issuer_key, struct al_error *err)
 	return 0;
 }
 
+struct ext {
+	int nid;
+	const char *value;
+};
+
+/* Adds the extensions (issuer: the issuing certificate, x itself for the
+ * CA) and signs with the issuer's key. */
+static int add_exts_and_sign(X509 *x, X509 *issuer, EVP_PKEY *issuer_key, const struct ext *exts,
+			     size_t n, struct al_error *err)
+{
+	X509V3_CTX ctx;
+	X509V3_set_ctx_nodb(&ctx);
+	X509V3_set_ctx(&ctx, issuer, x, NULL, NULL, 0);
+	for (size_t i = 0; i < n; i++) {
+		int r = add_ext(x, &ctx, exts[i].nid, exts[i].value, err);
+		if (r < 0)
+			return r;
+	}
+	return sign(x, issuer_key, err);
+}
+
 int gw_ca_new(const char *label, unsigned days, struct gw_ca **ret, struct al_error *err)
 {
 	if (!label || !ret)
@@ -187,23 +208,12 @@ int gw_ca_new(const char *label, unsigned days, struct gw_ca **ret, struct al_er
 	if (!X509_set_issuer_name(x, X509_get_subject_name(x)))
 		return ssl_error(err, -EIO, "setting the issuer name");
 
-	X509V3_CTX ctx;
-	X509V3_set_ctx_nodb(&ctx);
-	X509V3_set_ctx(&ctx, x, x, NULL, NULL, 0);
-	static const struct {
-		int nid;
-		const char *value;
-	} exts[] = {
+	static const struct ext exts[] = {
 		{ NID_basic_constraints, "critical,CA:TRUE,pathlen:0" },
 		{ NID_key_usage, "critical,keyCertSign,cRLSign" },
 		{ NID_subject_key_identifier, "hash" },
 	};
-	for (size_t i = 0; i < ARRAY_SIZE(exts); i++) {
-		r = add_ext(x, &ctx, exts[i].nid, exts[i].value, err);
-		if (r < 0)
-			return r;
-	}
-	r = sign(x, pkey, err);
+	r = add_exts_and_sign(x, x, pkey, exts, ARRAY_SIZE(exts), err);
 	if (r < 0)
 		return r;
 
@@ -329,25 +339,14 @@ static int issue_leaf(struct gw_ca *ca, const char *host, struct gw_leaf **ret,
 	r = add_san(x, host, err);
 	if (r < 0)
 		return r;
-	X509V3_CTX ctx;
-	X509V3_set_ctx_nodb(&ctx);
-	X509V3_set_ctx(&ctx, ca->x509, x, NULL, NULL, 0);
-	static const struct {
-		int nid;
-		const char *value;
-	} exts[] = {
+	static const struct ext exts[] = {
 		{ NID_basic_constraints, "CA:FALSE" },
 		{ NID_key_usage, "critical,digitalSignature" },
 		{ NID_ext_key_usage, "serverAuth" },
 		{ NID_subject_key_identifier, "hash" },
 		{ NID_authority_key_identifier, "keyid:always" },
 	};
-	for (size_t i = 0; i < ARRAY_SIZE(exts); i++) {
-		r = add_ext(x, &ctx, exts[i].nid, exts[i].value, err);
-		if (r < 0)
-			return r;
-	}
-	r = sign(x, ca->pkey, err);
+	r = add_exts_and_sign(x, ca->x509, ca->pkey, exts, ARRAY_SIZE(exts), err);
 	if (r < 0)
 		return r;
 
