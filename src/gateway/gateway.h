@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The egress gateway process: the only way out of a sandbox and the only
+ * place a real credential exists.
+ *
+ * The caller (the CLI today, the control side later) collects options into
+ * struct gw_options and builds a configuration with gw_config_build (policy,
+ * credentials, upstream overrides; no secret is read here). gw_start forks
+ * the gateway process: it loads the vault, the trust store and the operator's
+ * CA files, makes the sandbox's own CA, reports the CA certificate back, then
+ * drops every privilege (its own uid, an empty root, no_new_privs, seccomp)
+ * before it accepts anything from a sandbox. gw_attach hands it a sandbox's
+ * listeners (created inside that sandbox's network namespace) over IPC; a
+ * connection's sandbox is known from the listener it arrived on.
+ *
+ * Every function returns 0 or a negative errno and fills err; nothing here
+ * exits the caller.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+
+/* Where the gateway listens inside a sandbox (its loopback). */
+#define GW_PROXY_ADDR "127.0.0.1"
+#define GW_PROXY_PORT 3128
+#define GW_TRANSPARENT_ADDR "127.0.0.2" /* the DNS stub's answer; listens on 80 and 443 */
+#define GW_DNS_ADDR "127.0.0.1"         /* port 53, UDP */
+
+/* Default unprivileged uid/gid of the gateway (AIRLOCK_GATEWAY_UID overrides). */
+#define GW_DEFAULT_UID 0x5fffffffu
+
+enum gw_mode {
+	GW_MODE_NONE = 0,   /* nothing leaves */
+	GW_MODE_RESTRICTED, /* the policy decides every request */
+	GW_MODE_OPEN,       /* any public host (address vetting and audit still apply) */
+};
+
+/* What the caller collected (command line, later the control side). */
+struct gw_options {
+	enum gw_mode mode;
+	const char *label;             /* sandbox id or "standalone": CA subject, audit lines */
+	const char *policy_file;       /* NULL: none (see docs/gateway.md) */
+	char *const *allow;            /* --allow RULE: HOST[:PORT][/PATH-PREFIX] */
+	size_t n_allow;
+	char *const *grants;           /* --grant github:OWNER/REPO */
+	size_t n_grants;
+	char *const *upstreams;        /* --upstream HOST:PORT=ADDR:PORT */
+	size_t n_upstreams;
+	char *const *upstream_cas;     /* --upstream-ca FILE (PEM) */
+	size_t n_upstream_cas;
+	const char *vault_file;        /* NULL: no credentials */
+};
+
+struct gw_config; /* opaque: parsed policy, credentials, overrides, CA files */
+
+/* Parses and checks everything (files named in opts are read; the vault
+ * only for its permissions and syntax, its values are dropped again). */
+int gw_config_build(const struct gw_options *opts, struct gw_config **ret, struct al_error *err);
+void gw_config_free(struct gw_config *cfg);
+
+/*
+ * The environment a sandbox behind this gateway gets: proxy variables,
+ * NO_PROXY, CA bundle variables, and the dummy values of credentials that
+ * name an environment variable. NULL-terminated array of "K=V" strings;
+ * free with gw_env_free.
+ */
+int gw_sandbox_env(const struct gw_config *cfg, const char *bundle_path, const char *ca_path,
+		   char ***ret, size_t *ret_n);
+void gw_env_free(char **env, size_t n);
+
+/* A started gateway process. */
+struct gw_proc {
+	pid_t pid;
+	int pidfd;
+	int ctl;      /* IPC socket to the gateway */
+	char *ca_pem; /* the sandbox's CA certificate (PEM); for its trust bundle */
+	size_t ca_pem_len;
+};
+
+/* How the gateway process lives. */
+struct gw_start_opts {
+	bool detach;    /* outlive the caller (persistent sandboxes): new session */
+	int log_fd;     /* gateway's own errors; -1: /dev/null */
+	uid_t uid;      /* unprivileged user to become; 0: AIRLOCK_GATEWAY_UID or default */
+};
+
+/* Forks the gateway; returns once it has made its CA and dropped privileges. */
+int gw_start(const struct gw_config *cfg, const struct gw_start_opts *so, struct gw_proc *ret,
+	     struct al_error *err);
+
+/* A sandbox's listeners, created in its network namespace; -1 when absent. */
+struct gw_listeners {
+	int proxy;     /* TCP GW_PROXY_ADDR:GW_PROXY_PORT, listening */
+	int http;      /* TCP GW_TRANSPARENT_ADDR:80, listening */
+	int https;     /* TCP GW_TRANSPARENT_ADDR:443, listening */
+	int dns;       /* UDP GW_DNS_ADDR:53, bound */
+};
+
+/*
+ * Hands the gateway a sandbox's listeners, the audit log (an open append-only
+ * file) and a pidfd of the sandbox's init: the gateway serves until that
+ * process exits (or, with watch_pidfd -1, until it is killed). The caller's
+ * descriptors stay the caller's (close them after).
+ */
+int gw_attach(struct gw_proc *gp, const char *sandbox_id, const struct gw_listeners *l,
+	      int audit_fd, int watch_pidfd, struct al_error *err);
+
+/* Stops the gateway (SIGKILL if it does not stop within a second), reaps it, frees gp. */
+void gw_stop(struct gw_proc *gp);
+/* Forgets the gateway without stopping it (it lives on, detached); frees gp. */
+void gw_release(struct gw_proc *gp);
+
+/*
+ * `airlock gateway`: serves as an HTTP proxy on listen_addr (ADDR:PORT) in
+ * the foreground until SIGINT or SIGTERM. ca_out: where to write the CA
+ * certificate (PEM) for clients to trust; audit_fd: -1 for stdout.
+ */
+int gw_serve_standalone(const struct gw_config *cfg, const char *listen_addr, const char *ca_out,
+			int audit_fd, struct al_error *err);
