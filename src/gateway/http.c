@@ -408,3 +408,275 @@ int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *r
 		*ret = st.req;
 	return 1;
 }
+
+/*
+ * Response heads come from upstreams, which are trusted less than the
+ * operator but more than the sandbox: the same framing rules hold (one
+ * length, no length with chunked, no obs-fold, CRLF only), but field
+ * values may carry obs-text (filenames in Content-Disposition, ...).
+ */
+int gw_http_parse_response(const char *buf, size_t len, bool head_request,
+			   struct gw_http_response *ret)
+{
+	struct gw_http_response res = { 0 };
+	bool have_length = false, have_te = false, chunked_last = false;
+	size_t i;
+	int r;
+
+	if (!buf)
+		return len == 0 ? 0 : HTTP_BAD;
+	for (i = 0;; i++) {
+		if (i >= len)
+			return 0;
+		if (buf[i] == '\r')
+			break;
+		if (i >= GW_HTTP_LINE_MAX)
+			return HTTP_BAD;
+		unsigned char u = (unsigned char)buf[i];
+		if (u != '\t' && (u < 0x20 || u == 0x7f))
+			return HTTP_BAD;
+	}
+	r = line_end(buf, len, i);
+	if (r != 0)
+		return r > 0 ? 0 : HTTP_BAD;
+	/* "HTTP/1.x SSS[ reason]" */
+	if (i < 12 || memcmp(buf, "HTTP/1.", 7) != 0 || (buf[7] != '0' && buf[7] != '1') ||
+	    buf[8] != ' ' || !is_digit(buf[9]) || !is_digit(buf[10]) || !is_digit(buf[11]) ||
+	    (i > 12 && buf[12] != ' '))
+		return HTTP_BAD;
+	res.minor = buf[7] - '0';
+	res.status = (buf[9] - '0') * 100 + (buf[10] - '0') * 10 + (buf[11] - '0');
+	if (res.status < 100)
+		return HTTP_BAD;
+	i += 2;
+	for (;;) {
+		if (i >= GW_HTTP_HEAD_MAX)
+			return HTTP_BAD;
+		if (i >= len)
+			return 0;
+		char c = buf[i];
+		if (c == '\r') {
+			r = line_end(buf, len, i);
+			if (r != 0)
+				return r > 0 ? 0 : HTTP_BAD;
+			i += 2;
+			break;
+		}
+		if (is_ows(c) || res.n_fields == GW_HTTP_MAX_FIELDS)
+			return HTTP_BAD;
+		size_t name_start = i;
+		for (;; i++) {
+			if (i >= GW_HTTP_HEAD_MAX)
+				return HTTP_BAD;
+			if (i >= len)
+				return 0;
+			if (buf[i] == ':')
+				break;
+			if (!is_tchar(buf[i]))
+				return HTTP_BAD;
+		}
+		struct gw_span name = { buf + name_start, i - name_start };
+		if (name.len == 0)
+			return HTTP_BAD;
+		i++;
+		size_t value_start = i;
+		for (;; i++) {
+			if (i >= GW_HTTP_HEAD_MAX)
+				return HTTP_BAD;
+			if (i >= len)
+				return 0;
+			unsigned char u = (unsigned char)buf[i];
+			if (u == '\r')
+				break;
+			if (u != '\t' && (u < 0x20 || u == 0x7f))
+				return HTTP_BAD;
+		}
+		r = line_end(buf, len, i);
+		if (r != 0)
+			return r > 0 ? 0 : HTTP_BAD;
+		struct gw_span value =
+			trim_ows((struct gw_span){ buf + value_start, i - value_start });
+		i += 2;
+		if (gw_span_eq_ci(name, "Content-Length")) {
+			if (have_length || !parse_length(value, &res.content_length))
+				return HTTP_BAD;
+			have_length = true;
+		} else if (gw_span_eq_ci(name, "Transfer-Encoding")) {
+			/* Only "chunked", alone: gzip etc. as transfer codings
+			 * are not passed on (nobody uses them). */
+			if (have_te || !gw_span_eq_ci(value, "chunked"))
+				return HTTP_BAD;
+			have_te = chunked_last = true;
+		} else if (gw_span_eq_ci(name, "Connection")) {
+			struct http_parse st = { 0 };
+			if (parse_connection(&st, value) < 0)
+				return HTTP_BAD;
+			if (st.req.connection_close)
+				res.connection_close = true;
+		}
+		res.fields[res.n_fields++] = (struct gw_http_field){ name, value };
+	}
+	if (have_length && have_te)
+		return HTTP_BAD;
+	if (res.minor == 0 && have_te)
+		return HTTP_BAD;
+	if ((res.status >= 100 && res.status < 200) || res.status == 204 || res.status == 304 ||
+	    head_request)
+		res.body = GW_BODY_NONE;
+	else if (chunked_last)
+		res.body = GW_BODY_CHUNKED;
+	else if (have_length)
+		res.body = GW_BODY_LENGTH;
+	else
+		res.body = GW_BODY_CLOSE;
+	if (res.minor == 0)
+		res.connection_close = true;
+	res.head_len = i;
+	if (ret)
+		*ret = res;
+	return 1;
+}
+
+/*
+ * Chunked framing, byte by byte. Sizes are 1-16 hex digits; extensions
+ * (";name[=value]") are tolerated up to GW_CHUNK_LINE_MAX bytes of line;
+ * trailer fields up to GW_CHUNK_TRAILER_MAX bytes in all. CRLF only.
+ */
+enum {
+	CH_SIZE = 0,	 /* reading hex digits */
+	CH_EXT,		 /* after the digits, up to CR */
+	CH_SIZE_LF,	 /* CR seen */
+	CH_DATA,	 /* remaining bytes of data */
+	CH_DATA_CR,	 /* CRLF after the data */
+	CH_DATA_LF,
+	CH_TRAILER,	 /* at the start of a trailer line */
+	CH_TRAILER_LINE, /* inside a trailer line */
+	CH_TRAILER_LF,	 /* CR of a trailer line seen */
+	CH_END_LF,	 /* CR of the final empty line seen */
+	CH_DONE,
+};
+
+int gw_chunked_feed(struct gw_chunked *c, const char *p, size_t n, size_t *ret_used,
+		    gw_chunk_data_fn fn, void *ud)
+{
+	size_t i = 0;
+	while (i < n && c->state != CH_DONE) {
+		char ch = p[i];
+		switch (c->state) {
+		case CH_SIZE: {
+			int d = -1;
+			if (ch >= '0' && ch <= '9')
+				d = ch - '0';
+			else if (ch >= 'a' && ch <= 'f')
+				d = ch - 'a' + 10;
+			else if (ch >= 'A' && ch <= 'F')
+				d = ch - 'A' + 10;
+			if (d >= 0) {
+				if (++c->digits > 16)
+					return -1;
+				c->remaining = c->remaining * 16 + (uint64_t)d;
+				i++;
+				break;
+			}
+			if (c->digits == 0)
+				return -1;
+			if (ch == '\r') {
+				c->state = CH_SIZE_LF;
+			} else if (ch == ';' || ch == ' ' || ch == '\t') {
+				c->state = CH_EXT;
+			} else {
+				return -1;
+			}
+			c->line = c->digits + 1;
+			i++;
+			break;
+		}
+		case CH_EXT: {
+			unsigned char u = (unsigned char)ch;
+			if (++c->line > GW_CHUNK_LINE_MAX)
+				return -1;
+			if (ch == '\r')
+				c->state = CH_SIZE_LF;
+			else if (u != '\t' && (u < 0x20 || u == 0x7f))
+				return -1;
+			i++;
+			break;
+		}
+		case CH_SIZE_LF:
+			if (ch != '\n')
+				return -1;
+			i++;
+			c->digits = 0;
+			if (c->remaining == 0) {
+				c->state = CH_TRAILER;
+			} else {
+				c->state = CH_DATA;
+				c->total += c->remaining;
+			}
+			break;
+		case CH_DATA: {
+			size_t take = n - i;
+			if ((uint64_t)take > c->remaining)
+				take = (size_t)c->remaining;
+			if (fn && fn(p + i, take, ud) < 0)
+				return -2;
+			i += take;
+			c->remaining -= take;
+			if (c->remaining == 0)
+				c->state = CH_DATA_CR;
+			break;
+		}
+		case CH_DATA_CR:
+			if (ch != '\r')
+				return -1;
+			c->state = CH_DATA_LF;
+			i++;
+			break;
+		case CH_DATA_LF:
+			if (ch != '\n')
+				return -1;
+			c->state = CH_SIZE;
+			i++;
+			break;
+		case CH_TRAILER:
+			if (ch == '\r') {
+				c->state = CH_END_LF;
+			} else if (ch == ' ' || ch == '\t' || ch == '\n') {
+				return -1; /* obs-fold or bare LF */
+			} else {
+				c->state = CH_TRAILER_LINE;
+				if (++c->trailer > GW_CHUNK_TRAILER_MAX)
+					return -1;
+			}
+			i++;
+			break;
+		case CH_TRAILER_LINE: {
+			unsigned char u = (unsigned char)ch;
+			if (++c->trailer > GW_CHUNK_TRAILER_MAX)
+				return -1;
+			if (ch == '\r')
+				c->state = CH_TRAILER_LF;
+			else if (u != '\t' && (u < 0x20 || u == 0x7f))
+				return -1;
+			i++;
+			break;
+		}
+		case CH_TRAILER_LF:
+			if (ch != '\n')
+				return -1;
+			c->state = CH_TRAILER;
+			i++;
+			break;
+		case CH_END_LF:
+			if (ch != '\n')
+				return -1;
+			c->state = CH_DONE;
+			i++;
+			break;
+		default:
+			return -1;
+		}
+	}
+	*ret_used = i;
+	return c->state == CH_DONE ? 1 : 0;
+}

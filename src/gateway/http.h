@@ -36,6 +36,7 @@ enum gw_http_body {
 	GW_BODY_NONE = 0,
 	GW_BODY_LENGTH,  /* content_length bytes */
 	GW_BODY_CHUNKED, /* Transfer-Encoding: chunked */
+	GW_BODY_CLOSE,   /* responses only: until the connection closes */
 };
 
 enum gw_http_form {
@@ -86,3 +87,48 @@ int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *r
 
 /* Case-insensitive token comparison of a span with a C string. */
 bool gw_span_eq_ci(struct gw_span s, const char *lit);
+
+/* An upstream's response head. */
+struct gw_http_response {
+	int status;
+	int minor; /* HTTP/1.minor */
+	struct gw_http_field fields[GW_HTTP_MAX_FIELDS];
+	size_t n_fields;
+	enum gw_http_body body;
+	uint64_t content_length;
+	bool connection_close;
+	size_t head_len;
+};
+
+/*
+ * Parses a response head: 1 and *ret filled when complete, 0 for more
+ * bytes, -400 when malformed (the gateway answers 502). The body's framing
+ * follows RFC 9112 6.3 (HEAD, 1xx, 204, 304: none). Field values may hold
+ * obs-text; framing is as strict as for requests.
+ */
+int gw_http_parse_response(const char *buf, size_t len, bool head_request,
+			   struct gw_http_response *ret);
+
+#define GW_CHUNK_LINE_MAX 1024    /* a chunk-size line with its extensions */
+#define GW_CHUNK_TRAILER_MAX 8192 /* all trailer fields */
+
+/* The state of a chunked body being read; zero-initialize. */
+struct gw_chunked {
+	int state;
+	unsigned digits;
+	uint64_t remaining;
+	uint64_t total; /* data bytes so far */
+	size_t line;
+	size_t trailer;
+};
+
+typedef int (*gw_chunk_data_fn)(const char *p, size_t n, void *ud);
+
+/*
+ * Feeds n bytes of a chunked body. Calls fn (when not NULL) with every
+ * piece of chunk data. *ret_used is how many bytes belong to the body
+ * (all of them until the end). Returns 1 at the end of the body, 0 when
+ * it goes on, -1 on malformed framing, -2 when fn failed.
+ */
+int gw_chunked_feed(struct gw_chunked *c, const char *p, size_t n, size_t *ret_used,
+		    gw_chunk_data_fn fn, void *ud);

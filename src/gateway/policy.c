@@ -266,14 +266,27 @@ static int parse_rule(const struct config_node *n, size_t index, struct gw_rule 
 	return 0;
 }
 
-static int parse_doc(const struct config_doc *doc, uint64_t generation, struct gw_policy **ret,
-		     struct al_error *err)
+int gw_policy_from_doc(const struct config_doc *doc, const char *const *other_keys,
+		       uint64_t generation, struct gw_policy **ret, struct al_error *err)
 {
 	const struct config_node *root = config_root(doc);
+	if (config_node_is_null(root)) {
+		/* An empty file: no rules. */
+		struct gw_policy *p = calloc(1, sizeof(*p));
+		if (!p)
+			return al_error_set(err, -ENOMEM, "out of memory");
+		p->generation = generation;
+		*ret = p;
+		return 0;
+	}
 	int rc = config_expect_kind(root, "(top level)", CONFIG_MAP, err);
 	if (rc < 0)
 		return rc;
-	static const char *const keys[] = { "rules", NULL };
+	const char *keys[16] = { "rules" };
+	size_t nk = 1;
+	for (size_t i = 0; other_keys && other_keys[i] && nk < ARRAY_SIZE(keys) - 1; i++)
+		keys[nk++] = other_keys[i];
+	keys[nk] = NULL;
 	rc = config_map_check_keys(root, "(top level)", keys, err);
 	if (rc < 0)
 		return rc;
@@ -317,7 +330,7 @@ int gw_policy_parse(const char *name, const char *text, size_t len, uint64_t gen
 	int rc = config_load_string(name, text, len, &doc, err);
 	if (rc < 0)
 		return rc;
-	return parse_doc(doc, generation, ret, err);
+	return gw_policy_from_doc(doc, NULL, generation, ret, err);
 }
 
 int gw_policy_load(const char *path, uint64_t generation, struct gw_policy **ret,
@@ -327,7 +340,83 @@ int gw_policy_load(const char *path, uint64_t generation, struct gw_policy **ret
 	int rc = config_load_file(path, &doc, err);
 	if (rc < 0)
 		return rc;
-	return parse_doc(doc, generation, ret, err);
+	return gw_policy_from_doc(doc, NULL, generation, ret, err);
+}
+
+int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
+		       struct al_error *err)
+{
+	if (p->n_rules >= GW_POLICY_MAX_RULES)
+		return al_error_set(err, -E2BIG, "at most %d rules", GW_POLICY_MAX_RULES);
+	if (strlen(id) > GW_RULE_ID_MAX)
+		return al_error_set(err, -EINVAL, "rule id too long");
+	for (size_t i = 0; i < p->n_rules; i++)
+		if (strcmp(p->rules[i].id, id) == 0)
+			return al_error_set(err, -EEXIST, "rule id \"%s\" is used twice", id);
+	struct gw_rule r = { 0 };
+	snprintf(r.id, sizeof(r.id), "%s", id);
+	/* HOST[:PORT][/PATH]; HOST may be "*.suffix" or "[v6]". */
+	const char *s = spec, *end;
+	if (*s == '[') {
+		end = strchr(s, ']');
+		if (!end)
+			return al_error_set(err, -EINVAL, "--allow %s: unterminated IPv6 literal", spec);
+		end++;
+	} else {
+		end = s + strcspn(s, ":/");
+	}
+	size_t hlen = (size_t)(end - s);
+	if (hlen > 2 && s[0] == '*' && s[1] == '.') {
+		bool ip;
+		if (gw_host_normalize(s + 2, hlen - 2, r.host, sizeof(r.host), &ip) < 0 || ip)
+			return al_error_set(err, -EINVAL,
+					    "--allow %s: expected *.domain with a valid domain name",
+					    spec);
+		r.wildcard = true;
+	} else if (memchr(s, '*', hlen) ||
+		   gw_host_normalize(s, hlen, r.host, sizeof(r.host), &r.ip_literal) < 0) {
+		return al_error_set(err, -EINVAL,
+				    "--allow %s: expected HOST[:PORT][/PATH] with a host name "
+				    "(ASCII; IDNs as punycode), *.domain or an IP literal",
+				    spec);
+	}
+	s = end;
+	if (*s == ':') {
+		s++;
+		uint64_t port = 0;
+		size_t n = 0;
+		while (s[n] >= '0' && s[n] <= '9' && n < 6)
+			port = port * 10 + (uint64_t)(s[n++] - '0');
+		if (n == 0 || port == 0 || port > 65535 || (s[n] && s[n] != '/'))
+			return al_error_set(err, -EINVAL, "--allow %s: expected a port from 1 to 65535",
+					    spec);
+		r.port = (uint16_t)port;
+		s += n;
+	}
+	if (*s == '/') {
+		char canon[GW_PATH_MAX + 1];
+		size_t q, len = strlen(s);
+		if (gw_path_canonical(s, len, canon, sizeof(canon), &q) < 0 || q != len ||
+		    strcmp(canon, s) != 0)
+			return al_error_set(err, -EINVAL,
+					    "--allow %s: expected a canonical path prefix (no query, "
+					    "no '.' or '..' segments, no %%2F)",
+					    spec);
+		r.paths[0] = strdup(s);
+		if (!r.paths[0])
+			return al_error_set(err, -ENOMEM, "out of memory");
+		r.n_paths = 1;
+	} else if (*s) {
+		return al_error_set(err, -EINVAL, "--allow %s: expected HOST[:PORT][/PATH]", spec);
+	}
+	struct gw_rule *rules = realloc(p->rules, (p->n_rules + 1) * sizeof(*rules));
+	if (!rules) {
+		free(r.paths[0]);
+		return al_error_set(err, -ENOMEM, "out of memory");
+	}
+	p->rules = rules;
+	p->rules[p->n_rules++] = r;
+	return 0;
 }
 
 static bool host_matches(const struct gw_rule *r, const char *host)
@@ -394,4 +483,22 @@ void gw_policy_decide(const struct gw_policy *p, const char *method, const char 
 			return;
 		}
 	}
+}
+
+bool gw_policy_host_may_allow(const struct gw_policy *p, const char *host, uint16_t port)
+{
+	if (!p)
+		return false;
+	for (size_t i = 0; i < p->n_rules; i++) {
+		const struct gw_rule *r = &p->rules[i];
+		/* A deny of the whole host (any port, method and path). */
+		if (r->deny && !r->port && !r->n_methods && !r->n_paths && host_matches(r, host))
+			return false;
+	}
+	for (size_t i = 0; i < p->n_rules; i++) {
+		const struct gw_rule *r = &p->rules[i];
+		if (!r->deny && host_matches(r, host) && (!port || !r->port || r->port == port))
+			return true;
+	}
+	return false;
 }

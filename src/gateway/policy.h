@@ -67,6 +67,22 @@ int gw_policy_load(const char *path, uint64_t generation, struct gw_policy **ret
 		   struct al_error *err);
 void gw_policy_free(struct gw_policy *p);
 
+/* Parses the "rules" of a document whose top level may also hold
+ * other_keys (NULL-terminated; parsed by the caller). */
+struct config_doc;
+int gw_policy_from_doc(const struct config_doc *doc, const char *const *other_keys,
+		       uint64_t generation, struct gw_policy **ret, struct al_error *err);
+
+/* Appends an allow rule written as HOST[:PORT][/PATH-PREFIX] (the --allow
+ * option): HOST as in the YAML format ("*.suffix", IP literals, "[v6]"). */
+int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
+		       struct al_error *err);
+
+/* Whether some request to host (and port; 0: any) could be allowed: some
+ * allow rule matches the host and no deny rule refuses the whole host.
+ * For the DNS stub's answers and for refusing a CONNECT early. */
+bool gw_policy_host_may_allow(const struct gw_policy *p, const char *host, uint16_t port);
+
 /*
  * Decides a request. host must be normalized (gw_host_normalize) and path
  * canonical (gw_path_canonical); method is the request's method token.

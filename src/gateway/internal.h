@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* Private to src/gateway: the configuration and the engine. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "gateway/addr.h"
+#include "gateway/gateway.h"
+#include "gateway/github.h"
+#include "gateway/policy.h"
+#include "gateway/vault.h"
+
+#define GW_CRED_MAX 256
+#define GW_NAME_MAX 64
+
+enum gw_cred_kind {
+	GW_CRED_HEADER = 0, /* header: NAME = prefix + secret */
+	GW_CRED_QUERY,      /* ?NAME=secret */
+	GW_CRED_BASIC,      /* Authorization: Basic base64(user:secret) */
+};
+
+struct gw_cred {
+	char secret[GW_VAULT_NAME_MAX + 1]; /* vault entry */
+	char host[GW_HOST_MAX + 3];         /* normalized; for a wildcard, the suffix */
+	bool wildcard;
+	uint16_t port;                      /* 0: any */
+	char *paths[GW_RULE_MAX_PATHS];
+	size_t n_paths;
+	enum gw_cred_kind kind;
+	char name[GW_NAME_MAX + 1];         /* header name, query parameter or Basic user */
+	char prefix[GW_NAME_MAX + 1];       /* header value prefix ("Bearer ") */
+	bool github;                        /* only on the run's granted repositories */
+	char env[GW_NAME_MAX + 1];          /* sandbox variable for the dummy value; "" none */
+	char dummy[GW_NAME_MAX + 16];       /* the dummy value */
+};
+
+struct gw_upstream {
+	char host[GW_HOST_MAX + 3]; /* normalized */
+	uint16_t port;
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+};
+
+struct gw_static_host {
+	char host[GW_HOST_MAX + 3];
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+};
+
+struct gw_config {
+	enum gw_mode mode;
+	char label[GW_NAME_MAX + 1];
+	struct gw_policy *policy;
+	struct gw_cred *creds;
+	size_t n_creds;
+	struct gw_upstream *upstreams;
+	size_t n_upstreams;
+	struct gw_static_host *hosts;
+	size_t n_hosts;
+	struct gw_cidr *cidrs;
+	size_t n_cidrs;
+	struct gw_github_grant *grants;
+	size_t n_grants;
+	char **ca_files;
+	size_t n_ca_files;
+	char *vault_file;
+};
+
+/* config.c */
+bool gw_host_pattern_matches(const char *pattern, bool wildcard, const char *host);
+int gw_parse_hostport(const char *s, size_t len, char *host, size_t host_size, uint16_t *port,
+		      bool need_port);
+int gw_parse_sockaddr(const char *s, struct sockaddr_storage *ss, socklen_t *len);
+const struct gw_upstream *gw_config_upstream(const struct gw_config *cfg, const char *host,
+					     uint16_t port);
+const struct gw_static_host *gw_config_static_host(const struct gw_config *cfg,
+						   const char *host);
+
+/* proxy.c: the event loop serving sandboxes. */
+struct gw_engine;
+struct gw_engine_opts {
+	const struct gw_config *cfg;
+	struct gw_vault *vault;   /* owned by the engine from here on; may be NULL */
+	struct gw_ca *ca;         /* owned by the engine */
+	void *upstream_store;     /* X509_STORE *, owned by the engine */
+	bool exit_when_idle;      /* stop when the last sandbox is gone */
+};
+int gw_engine_new(const struct gw_engine_opts *o, struct gw_engine **ret, struct al_error *err);
+/* Loads /etc/resolv.conf and /etc/hosts for upstream lookups (before the root goes). */
+int gw_engine_dns_init(struct gw_engine *e, struct al_error *err);
+/* Serves the control socket: ATTACH frames add sandboxes. */
+int gw_engine_add_control(struct gw_engine *e, int ctl);
+/* Adds a sandbox (takes the descriptors). */
+int gw_engine_add_sandbox(struct gw_engine *e, const char *id, const struct gw_listeners *l,
+			  int audit_fd, int watch_pidfd, struct al_error *err);
+/* Stops the loop on SIGINT/SIGTERM. */
+int gw_engine_handle_signals(struct gw_engine *e);
+int gw_engine_run(struct gw_engine *e);
+void gw_engine_free(struct gw_engine *e);
+
+/* IPC frame types between caller and gateway process. */
+enum {
+	GW_IPC_READY = 1,  /* gateway -> caller: CA certificate PEM */
+	GW_IPC_ERROR,      /* gateway -> caller: message */
+	GW_IPC_ATTACH,     /* caller -> gateway: sandbox id; fds: proxy http https dns audit watch */
+	GW_IPC_ATTACHED,   /* gateway -> caller: empty, or GW_IPC_ERROR */
+};

@@ -1,0 +1,1899 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The gateway's engine: one libevent loop serving the listeners of every
+ * attached sandbox.
+ *
+ * A connection's sandbox is the one whose listener accepted it. Each
+ * connection carries one request at a time (no pipelining: bytes after a
+ * request wait in the kernel and our input buffer until its response is
+ * done): read the head, decide, connect (or reuse the connection to the
+ * same upstream), stream the body each way with backpressure, audit, and
+ * go on with the next request or close.
+ *
+ * Three listeners per sandbox: the proxy (absolute-form http:// requests
+ * and CONNECT, which is answered with TLS under a leaf of the sandbox's
+ * CA), the transparent port 80 (origin-form, routed by Host) and the
+ * transparent port 443 (TLS, routed by SNI). Inside TLS every request is
+ * decided on its own, and its Host must name the tunnel's host (421).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/util.h>
+#include <jansson.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "common/cleanup.h"
+#include "common/ipc.h"
+#include "gateway/ca.h"
+#include "gateway/dns.h"
+#include "gateway/http.h"
+#include "gateway/internal.h"
+#include "gateway/path.h"
+
+#define CONN_HIGH_WATER (256 * 1024)  /* per direction, then the other side pauses */
+#define GLOBAL_BUDGET (64ull << 20)   /* bytes queued in all output buffers */
+#define MAX_CONNS_PER_SANDBOX 4096
+#define HEAD_DEADLINE_S 10            /* from a head's first byte to its end */
+#define IDLE_TIMEOUT_S 60             /* no request on a client connection */
+#define UPSTREAM_CONNECT_S 10
+#define UPSTREAM_IDLE_S 300           /* no byte from the upstream while we wait */
+#define CLIENT_WRITE_S 60             /* a client that stops reading */
+#define SANDBOX_ID_MAX 64
+
+struct gw_sbx;
+struct conn;
+
+struct gw_engine {
+	struct event_base *base;
+	struct evdns_base *dns;
+	const struct gw_config *cfg;
+	struct gw_vault *vault;
+	struct gw_ca *ca;
+	SSL_CTX *srv_ctx, *up_ctx;
+	struct gw_sbx *sandboxes;
+	bool exit_when_idle;
+	int ctl;
+	struct event *ctl_ev, *sig_int, *sig_term;
+	uint64_t queued;     /* bytes in all output buffers */
+	struct conn *paused; /* connections waiting for the global budget */
+};
+
+struct gw_sbx {
+	struct gw_engine *e;
+	char id[SANDBOX_ID_MAX + 1];
+	int audit_fd;
+	struct evconnlistener *listeners[3];
+	int dns_fd, watch_fd;
+	struct event *dns_ev, *watch_ev;
+	struct conn *conns;
+	size_t n_conns;
+	struct gw_sbx *next;
+};
+
+enum conn_kind { CK_PROXY = 0, CK_HTTP, CK_HTTPS };
+
+enum phase {
+	P_HEAD = 0, /* waiting for a request head */
+	P_RESOLVE,  /* looking the upstream up */
+	P_FORWARD,  /* request and response under way */
+	P_TUNNEL,   /* after 101: bytes both ways */
+	P_CLOSING,  /* flushing the last bytes to the client */
+};
+
+struct conn {
+	struct gw_engine *e;
+	struct gw_sbx *s;
+	struct conn *prev, *next;
+	struct conn *paused_next;
+	bool paused;
+	enum conn_kind kind;
+	enum phase phase;
+	struct bufferevent *cbev;
+	bool ctls;
+	SSL *cssl;
+	char tunnel_host[GW_HOST_MAX + 3]; /* CONNECT's host or the SNI (transparent 443) */
+	uint16_t tunnel_port;
+	char sni[GW_HOST_MAX + 3];
+	struct event *timer;
+	bool head_started;
+
+	/* The request under way. */
+	char method[33];
+	char host[GW_HOST_MAX + 3];
+	uint16_t port;
+	char *path; /* canonical path, for decisions and the audit log */
+	bool head_req, req_close, upgrade;
+	enum gw_http_body req_body;
+	uint64_t req_left;
+	struct gw_chunked req_ch;
+	bool req_done;
+	struct evdns_getaddrinfo_request *dns_req;
+	struct evbuffer *pending; /* the head for the upstream, until it is connected */
+
+	/* The upstream. */
+	struct bufferevent *ubev;
+	char up_host[GW_HOST_MAX + 3];
+	uint16_t up_port;
+	bool up_tls, up_connected, up_reusable;
+
+	/* The response. */
+	bool resp_head_done, resp_done;
+	enum gw_http_body resp_body;
+	uint64_t resp_left;
+	struct gw_chunked resp_ch;
+	struct gw_redactor *red;
+	bool rechunk, close_after;
+	int status;
+
+	/* For the audit line. */
+	struct timespec t0;
+	uint64_t bytes_up, bytes_down;
+	const char *cred_name;
+	char rule[GW_RULE_ID_MAX + 1];
+	uint64_t generation;
+	char reason[256];
+	bool audited;
+};
+
+static void conn_free(struct conn *c);
+static void client_read_cb(struct bufferevent *bev, void *ud);
+static void client_write_cb(struct bufferevent *bev, void *ud);
+static void client_event_cb(struct bufferevent *bev, short what, void *ud);
+static void up_read_cb(struct bufferevent *bev, void *ud);
+static void up_write_cb(struct bufferevent *bev, void *ud);
+static void up_event_cb(struct bufferevent *bev, short what, void *ud);
+static void process_client(struct conn *c);
+static void arm_timer(struct conn *c, int seconds);
+
+/* ---- small helpers ---- */
+
+static double ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static const char *status_text(int status)
+{
+	switch (status) {
+	case 400: return "Bad Request";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 408: return "Request Timeout";
+	case 414: return "URI Too Long";
+	case 421: return "Misdirected Request";
+	case 431: return "Request Header Fields Too Large";
+	case 501: return "Not Implemented";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	default: return "Error";
+	}
+}
+
+static void audit(struct conn *c, const char *decision)
+{
+	if (c->audited || c->s->audit_fd < 0)
+		return;
+	c->audited = true;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	struct tm tm;
+	gmtime_r(&now.tv_sec, &tm);
+	char ts[64];
+	snprintf(ts, sizeof(ts), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+		 now.tv_nsec / 1000000);
+	json_t *o = json_object();
+	if (!o)
+		return;
+	json_object_set_new(o, "time", json_string(ts));
+	json_object_set_new(o, "sandbox", json_string(c->s->id));
+	json_object_set_new(o, "generation", json_integer((json_int_t)c->generation));
+	json_object_set_new(o, "rule", c->rule[0] ? json_string(c->rule) : json_null());
+	json_object_set_new(o, "decision", json_string(decision));
+	json_object_set_new(o, "method", c->method[0] ? json_string(c->method) : json_null());
+	json_object_set_new(o, "host", c->host[0] ? json_string(c->host) : json_null());
+	json_object_set_new(o, "port", c->port ? json_integer(c->port) : json_null());
+	json_object_set_new(o, "path", c->path ? json_string(c->path) : json_null());
+	json_object_set_new(o, "status", json_integer(c->status));
+	json_object_set_new(o, "bytes_up", json_integer((json_int_t)c->bytes_up));
+	json_object_set_new(o, "bytes_down", json_integer((json_int_t)c->bytes_down));
+	json_object_set_new(o, "duration_ms", json_real(ms_since(&c->t0)));
+	json_object_set_new(o, "credential", c->cred_name ? json_string(c->cred_name) : json_null());
+	json_object_set_new(o, "reason", json_string(c->reason));
+	char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+	json_decref(o);
+	if (!line)
+		return;
+	size_t len = strlen(line);
+	line[len] = '\n';
+	/* One write per line: O_APPEND keeps lines whole. */
+	ssize_t w = write(c->s->audit_fd, line, len + 1);
+	(void)w;
+	free(line);
+}
+
+/* ---- global budget: every output buffer reports what it holds ---- */
+
+static void budget_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *ud)
+{
+	struct gw_engine *e = ud;
+	e->queued += info->n_added;
+	e->queued -= info->n_deleted <= e->queued ? info->n_deleted : e->queued;
+	if (e->paused && e->queued < GLOBAL_BUDGET / 2) {
+		struct conn *list = e->paused;
+		e->paused = NULL;
+		for (struct conn *c = list, *n; c; c = n) {
+			n = c->paused_next;
+			c->paused = false;
+			c->paused_next = NULL;
+			if (c->cbev)
+				bufferevent_enable(c->cbev, EV_READ);
+			if (c->ubev)
+				bufferevent_enable(c->ubev, EV_READ);
+		}
+	}
+}
+
+/* Frees a bufferevent after emptying its output buffers, so the budget
+ * hears of the bytes that go with it. */
+static void bev_free(struct bufferevent *bev)
+{
+	if (!bev)
+		return;
+	struct bufferevent *under = bufferevent_get_underlying(bev);
+	struct evbuffer *out = bufferevent_get_output(bev);
+	evbuffer_drain(out, evbuffer_get_length(out));
+	if (under) {
+		out = bufferevent_get_output(under);
+		evbuffer_drain(out, evbuffer_get_length(out));
+	}
+	bufferevent_free(bev);
+}
+
+static bool over_budget(struct conn *c)
+{
+	if (c->e->queued < GLOBAL_BUDGET)
+		return false;
+	if (!c->paused) {
+		c->paused = true;
+		c->paused_next = c->e->paused;
+		c->e->paused = c;
+	}
+	return true;
+}
+
+static void watch_output(struct gw_engine *e, struct bufferevent *bev)
+{
+	evbuffer_add_cb(bufferevent_get_output(bev), budget_cb, e);
+}
+
+/* ---- responses of our own ---- */
+
+static bool client_flushed(struct conn *c)
+{
+	if (evbuffer_get_length(bufferevent_get_output(c->cbev)) > 0)
+		return false;
+	struct bufferevent *under = bufferevent_get_underlying(c->cbev);
+	return !under || evbuffer_get_length(bufferevent_get_output(under)) == 0;
+}
+
+/* The socket under a closing TLS filter wrote something: free the
+ * connection from the loop (not from inside the buffer's callback) once
+ * all is out. */
+static void closing_drain_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *ud)
+{
+	struct conn *c = ud;
+	if (info->n_deleted && c->phase == P_CLOSING && client_flushed(c))
+		event_active(c->timer, EV_TIMEOUT, 0);
+}
+
+static void close_when_flushed(struct conn *c)
+{
+	c->phase = P_CLOSING;
+	if (c->ubev) {
+		bev_free(c->ubev);
+		c->ubev = NULL;
+	}
+	if (c->dns_req) {
+		evdns_getaddrinfo_cancel(c->dns_req);
+		c->dns_req = NULL;
+	}
+	bufferevent_disable(c->cbev, EV_READ);
+	/* A TLS filter's bytes sit in the socket's buffer below it: the
+	 * connection goes once that is empty too. */
+	struct bufferevent *under = bufferevent_get_underlying(c->cbev);
+	if (under) {
+		bufferevent_setwatermark(c->cbev, EV_WRITE, 0, 0);
+		evbuffer_add_cb(bufferevent_get_output(under), closing_drain_cb, c);
+	}
+	if (client_flushed(c)) {
+		conn_free(c);
+		return;
+	}
+	/* Bounded: a client that never reads goes after CLIENT_WRITE_S. */
+	arm_timer(c, CLIENT_WRITE_S);
+}
+
+/* Answers with status and reason (plain text), audits, and closes or goes on. */
+static void respond_error(struct conn *c, int status, const char *reason, bool keep)
+{
+	c->status = status;
+	snprintf(c->reason, sizeof(c->reason), "%s", reason);
+	audit(c, status >= 500 ? "allow" : "deny");
+	struct evbuffer *out = bufferevent_get_output(c->cbev);
+	char body[256];
+	int blen = snprintf(body, sizeof(body), "airlock: %s%s%s\n", reason,
+			    c->rule[0] ? " (rule " : "", c->rule[0] ? c->rule : "");
+	if (c->rule[0] && blen > 0 && (size_t)blen < sizeof(body) - 2) {
+		body[blen - 1] = ')';
+		body[blen] = '\n';
+		body[++blen] = '\0';
+	}
+	if (blen < 0)
+		blen = 0;
+	if ((size_t)blen >= sizeof(body))
+		blen = sizeof(body) - 1;
+	bool close = !keep || c->req_close;
+	evbuffer_add_printf(out,
+			    "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+			    "Content-Length: %d\r\nX-Airlock-Reason: %s\r\nCache-Control: no-store\r\n"
+			    "Connection: %s\r\n\r\n",
+			    status, status_text(status), blen, reason, close ? "close" : "keep-alive");
+	if (!c->head_req)
+		evbuffer_add(out, body, (size_t)blen);
+	c->bytes_down = (uint64_t)blen;
+	if (close) {
+		close_when_flushed(c);
+		return;
+	}
+	/* Next request on this connection. */
+	c->phase = P_HEAD;
+	c->head_started = false;
+	arm_timer(c, IDLE_TIMEOUT_S);
+	process_client(c);
+}
+
+/* ---- request state ---- */
+
+static void reset_request(struct conn *c)
+{
+	free(c->path);
+	c->path = NULL;
+	c->method[0] = c->host[0] = c->rule[0] = c->reason[0] = '\0';
+	c->port = 0;
+	c->head_req = c->req_close = c->upgrade = false;
+	c->req_body = GW_BODY_NONE;
+	c->req_left = 0;
+	memset(&c->req_ch, 0, sizeof(c->req_ch));
+	c->req_done = false;
+	c->resp_head_done = c->resp_done = false;
+	c->resp_body = GW_BODY_NONE;
+	c->resp_left = 0;
+	memset(&c->resp_ch, 0, sizeof(c->resp_ch));
+	if (c->red) {
+		gw_redactor_free(c->red);
+		c->red = NULL;
+	}
+	c->rechunk = c->close_after = false;
+	c->status = 0;
+	c->bytes_up = c->bytes_down = 0;
+	c->cred_name = NULL;
+	c->generation = c->e->cfg->policy ? c->e->cfg->policy->generation : 0;
+	c->audited = false;
+	c->head_started = false;
+	clock_gettime(CLOCK_MONOTONIC, &c->t0);
+	if (c->pending)
+		evbuffer_drain(c->pending, evbuffer_get_length(c->pending));
+}
+
+static void arm_timer(struct conn *c, int seconds)
+{
+	struct timeval tv = { .tv_sec = seconds };
+	evtimer_add(c->timer, &tv);
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *ud)
+{
+	struct conn *c = ud;
+	if (c->phase == P_CLOSING) {
+		conn_free(c);
+		return;
+	}
+	if (c->phase == P_HEAD && c->head_started) {
+		respond_error(c, 408, "the request head took too long", false);
+		return;
+	}
+	conn_free(c);
+}
+
+/* ---- the client side ---- */
+
+static bool span_copy(struct gw_span s, char *out, size_t size)
+{
+	if (s.len >= size)
+		return false;
+	memcpy(out, s.p, s.len);
+	out[s.len] = '\0';
+	return true;
+}
+
+static bool is_hop_by_hop(struct gw_span name, const struct gw_span *conn_tokens, size_t n_tokens)
+{
+	static const char *const hop[] = { "connection", "keep-alive", "proxy-connection",
+					   "proxy-authorization", "proxy-authenticate", "te",
+					   "trailer", "transfer-encoding", "upgrade", NULL };
+	for (size_t i = 0; hop[i]; i++)
+		if (gw_span_eq_ci(name, hop[i]))
+			return true;
+	for (size_t i = 0; i < n_tokens; i++)
+		if (name.len == conn_tokens[i].len && strncasecmp(name.p, conn_tokens[i].p, name.len) == 0)
+			return true;
+	return false;
+}
+
+/* The tokens listed in Connection fields name more hop-by-hop fields. */
+static size_t connection_tokens(const struct gw_http_field *f, size_t n, struct gw_span *out,
+				size_t max)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!gw_span_eq_ci(f[i].name, "connection"))
+			continue;
+		const char *p = f[i].value.p, *end = p + f[i].value.len;
+		while (p < end && k < max) {
+			while (p < end && (*p == ',' || *p == ' ' || *p == '\t'))
+				p++;
+			const char *s = p;
+			while (p < end && *p != ',' && *p != ' ' && *p != '\t')
+				p++;
+			if (p > s)
+				out[k++] = (struct gw_span){ s, (size_t)(p - s) };
+		}
+	}
+	return k;
+}
+
+static const struct gw_cred *find_cred(const struct gw_config *cfg, const char *host,
+				       uint16_t port, const char *path)
+{
+	for (size_t i = 0; i < cfg->n_creds; i++) {
+		const struct gw_cred *cr = &cfg->creds[i];
+		if (!gw_host_pattern_matches(cr->host, cr->wildcard, host))
+			continue;
+		if (cr->port && cr->port != port)
+			continue;
+		if (cr->n_paths) {
+			bool ok = false;
+			for (size_t j = 0; j < cr->n_paths && !ok; j++)
+				ok = gw_path_has_prefix(path, cr->paths[j]);
+			if (!ok)
+				continue;
+		}
+		return cr;
+	}
+	return NULL;
+}
+
+static void base64(const unsigned char *in, size_t n, struct evbuffer *out)
+{
+	static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	char q[4];
+	for (size_t i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)in[i] << 16;
+		if (i + 1 < n)
+			v |= (uint32_t)in[i + 1] << 8;
+		if (i + 2 < n)
+			v |= in[i + 2];
+		q[0] = tab[(v >> 18) & 63];
+		q[1] = tab[(v >> 12) & 63];
+		q[2] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+		q[3] = i + 2 < n ? tab[v & 63] : '=';
+		evbuffer_add(out, q, 4);
+	}
+}
+
+static void add_query_escaped(struct evbuffer *out, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+		    ch == '-' || ch == '.' || ch == '_' || ch == '~')
+			evbuffer_add(out, s + i, 1);
+		else
+			evbuffer_add_printf(out, "%%%02X", ch);
+	}
+}
+
+/*
+ * Writes the head the upstream gets: origin-form target (canonical path and
+ * the query, with an injected parameter), the client's fields minus
+ * hop-by-hop ones and minus whatever the credential replaces.
+ */
+static void build_upstream_head(struct conn *c, const struct gw_http_request *req,
+				const char *canon, const char *query, size_t query_len,
+				const struct gw_cred *cred, const char *secret, size_t secret_len)
+{
+	struct evbuffer *out = c->pending;
+	evbuffer_add(out, req->method.p, req->method.len);
+	evbuffer_add(out, " ", 1);
+	evbuffer_add(out, canon, strlen(canon));
+	bool first = true;
+	if (query_len > 1) {
+		/* query starts with '?'; drop parameters the credential sets. */
+		const char *p = query + 1, *end = query + query_len;
+		while (p < end) {
+			const char *amp = memchr(p, '&', (size_t)(end - p));
+			const char *pe = amp ? amp : end;
+			bool drop = false;
+			if (cred && cred->kind == GW_CRED_QUERY) {
+				size_t nl = strlen(cred->name);
+				drop = (size_t)(pe - p) >= nl && memcmp(p, cred->name, nl) == 0 &&
+				       (p + nl == pe || p[nl] == '=');
+			}
+			if (!drop && pe > p) {
+				evbuffer_add(out, first ? "?" : "&", 1);
+				evbuffer_add(out, p, (size_t)(pe - p));
+				first = false;
+			}
+			p = amp ? amp + 1 : end;
+		}
+	}
+	if (cred && cred->kind == GW_CRED_QUERY) {
+		evbuffer_add(out, first ? "?" : "&", 1);
+		evbuffer_add(out, cred->name, strlen(cred->name));
+		evbuffer_add(out, "=", 1);
+		add_query_escaped(out, secret, secret_len);
+	}
+	evbuffer_add(out, " HTTP/1.1\r\n", 11);
+
+	struct gw_span tokens[32];
+	size_t n_tokens = connection_tokens(req->fields, req->n_fields, tokens, 32);
+	const char *replaced = NULL;
+	if (cred && cred->kind == GW_CRED_HEADER)
+		replaced = cred->name;
+	else if (cred && cred->kind == GW_CRED_BASIC)
+		replaced = "authorization";
+	for (size_t i = 0; i < req->n_fields; i++) {
+		const struct gw_http_field *f = &req->fields[i];
+		if (is_hop_by_hop(f->name, tokens, n_tokens))
+			continue;
+		if (replaced && gw_span_eq_ci(f->name, replaced))
+			continue;
+		/* With a credential on board, ask for an identity body so an
+		 * echo of it can be redacted. */
+		if (cred && gw_span_eq_ci(f->name, "accept-encoding"))
+			continue;
+		evbuffer_add(out, f->name.p, f->name.len);
+		evbuffer_add(out, ": ", 2);
+		evbuffer_add(out, f->value.p, f->value.len);
+		evbuffer_add(out, "\r\n", 2);
+	}
+	if (cred && cred->kind == GW_CRED_HEADER) {
+		evbuffer_add_printf(out, "%s: %s", cred->name, cred->prefix);
+		evbuffer_add(out, secret, secret_len);
+		evbuffer_add(out, "\r\n", 2);
+	} else if (cred && cred->kind == GW_CRED_BASIC) {
+		size_t ul = strlen(cred->name);
+		unsigned char *up = malloc(ul + 1 + secret_len);
+		if (up) {
+			memcpy(up, cred->name, ul);
+			up[ul] = ':';
+			memcpy(up + ul + 1, secret, secret_len);
+			evbuffer_add(out, "Authorization: Basic ", 21);
+			base64(up, ul + 1 + secret_len, out);
+			evbuffer_add(out, "\r\n", 2);
+			explicit_bzero(up, ul + 1 + secret_len);
+			free(up);
+		}
+	}
+	if (cred)
+		evbuffer_add(out, "Accept-Encoding: identity\r\n", 27);
+	if (req->body == GW_BODY_CHUNKED)
+		evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+	if (c->upgrade) {
+		for (size_t i = 0; i < req->n_fields; i++)
+			if (gw_span_eq_ci(req->fields[i].name, "upgrade")) {
+				evbuffer_add(out, "Upgrade: ", 9);
+				evbuffer_add(out, req->fields[i].value.p, req->fields[i].value.len);
+				evbuffer_add(out, "\r\n", 2);
+				break;
+			}
+		evbuffer_add(out, "Connection: Upgrade\r\n", 21);
+	}
+	evbuffer_add(out, "\r\n", 2);
+}
+
+static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_t len);
+
+static void dns_cb(int result, struct evutil_addrinfo *res, void *ud)
+{
+	struct conn *c = ud;
+	if (result == EVUTIL_EAI_CANCEL) {
+		if (res)
+			evutil_freeaddrinfo(res);
+		return;
+	}
+	c->dns_req = NULL;
+	if (result != 0 || !res) {
+		if (res)
+			evutil_freeaddrinfo(res);
+		char why[512];
+		snprintf(why, sizeof(why), "cannot resolve %s: %s", c->up_host,
+			 evutil_gai_strerror(result));
+		respond_error(c, 502, why, false);
+		return;
+	}
+	const char *reason = NULL;
+	struct evutil_addrinfo *pick = NULL;
+	/* IPv4 first: the sandbox has no say in the family. */
+	for (int pass = 0; pass < 2 && !pick; pass++)
+		for (struct evutil_addrinfo *ai = res; ai && !pick; ai = ai->ai_next) {
+			if ((pass == 0) != (ai->ai_family == AF_INET))
+				continue;
+			const char *r = NULL;
+			if (gw_addr_allowed(ai->ai_addr, c->e->cfg->cidrs, c->e->cfg->n_cidrs, &r))
+				pick = ai;
+			else if (!reason)
+				reason = r;
+		}
+	if (!pick) {
+		char why[512];
+		snprintf(why, sizeof(why), "%s resolves to a refused address: %s", c->up_host,
+			 reason ? reason : "none usable");
+		evutil_freeaddrinfo(res);
+		respond_error(c, 403, why, false);
+		return;
+	}
+	struct sockaddr_storage ss;
+	socklen_t sl = (socklen_t)pick->ai_addrlen;
+	memcpy(&ss, pick->ai_addr, sl);
+	evutil_freeaddrinfo(res);
+	if (ss.ss_family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_port = htons(c->up_port);
+	else
+		((struct sockaddr_in6 *)&ss)->sin6_port = htons(c->up_port);
+	upstream_connect(c, (struct sockaddr *)&ss, sl);
+}
+
+static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_t len)
+{
+	struct gw_engine *e = c->e;
+	int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+	if (c->up_tls) {
+		SSL *ssl = SSL_new(e->up_ctx);
+		if (!ssl) {
+			respond_error(c, 502, "out of memory", false);
+			return;
+		}
+		bool ip = c->up_host[0] == '[' || strspn(c->up_host, "0123456789.") == strlen(c->up_host);
+		if (ip) {
+			char lit[64];
+			snprintf(lit, sizeof(lit), "%s", c->up_host[0] == '[' ? c->up_host + 1 : c->up_host);
+			char *rb = strchr(lit, ']');
+			if (rb)
+				*rb = '\0';
+			X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), lit);
+		} else {
+			SSL_set_tlsext_host_name(ssl, c->up_host);
+			SSL_set1_host(ssl, c->up_host);
+		}
+		c->ubev = bufferevent_openssl_socket_new(e->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+							 opts);
+	} else {
+		c->ubev = bufferevent_socket_new(e->base, -1, opts);
+	}
+	if (!c->ubev) {
+		respond_error(c, 502, "out of memory", false);
+		return;
+	}
+	c->up_connected = false;
+	bufferevent_setcb(c->ubev, up_read_cb, up_write_cb, up_event_cb, c);
+	watch_output(e, c->ubev);
+	struct timeval rt = { .tv_sec = UPSTREAM_IDLE_S }, wt = { .tv_sec = UPSTREAM_CONNECT_S };
+	bufferevent_set_timeouts(c->ubev, &rt, &wt);
+	bufferevent_setwatermark(c->ubev, EV_WRITE, CONN_HIGH_WATER / 2, 0);
+	bufferevent_setwatermark(c->ubev, EV_READ, 0, CONN_HIGH_WATER);
+	if (bufferevent_socket_connect(c->ubev, sa, (int)len) < 0) {
+		respond_error(c, 502, "cannot connect to the upstream", false);
+		return;
+	}
+	bufferevent_enable(c->ubev, EV_READ | EV_WRITE);
+	c->phase = P_FORWARD;
+	bufferevent_write_buffer(c->ubev, c->pending);
+	process_client(c);
+}
+
+/* Picks the upstream address: operator override, static host, IP literal, or DNS. */
+static void upstream_start(struct conn *c)
+{
+	struct gw_engine *e = c->e;
+	const struct gw_config *cfg = e->cfg;
+	/* The same upstream as the last request: go on on that connection. */
+	if (c->ubev && c->up_reusable && strcmp(c->up_host, c->host) == 0 &&
+	    c->up_port == c->port && c->up_tls == c->ctls) {
+		c->phase = P_FORWARD;
+		bufferevent_write_buffer(c->ubev, c->pending);
+		bufferevent_enable(c->ubev, EV_READ);
+		process_client(c);
+		return;
+	}
+	if (c->ubev) {
+		bev_free(c->ubev);
+		c->ubev = NULL;
+	}
+	snprintf(c->up_host, sizeof(c->up_host), "%s", c->host);
+	c->up_port = c->port;
+	c->up_tls = c->ctls;
+	c->up_reusable = false;
+	const struct gw_upstream *u = gw_config_upstream(cfg, c->host, c->port);
+	if (u) {
+		/* The operator's own routing: not vetted. */
+		upstream_connect(c, (const struct sockaddr *)&u->addr, u->addr_len);
+		return;
+	}
+	struct sockaddr_storage ss = { 0 };
+	socklen_t sl = 0;
+	const struct gw_static_host *sh = gw_config_static_host(cfg, c->host);
+	char lit[80];
+	if (sh) {
+		ss = sh->addr;
+		sl = sh->addr_len;
+	} else if (c->host[0] == '[' || strspn(c->host, "0123456789.") == strlen(c->host)) {
+		snprintf(lit, sizeof(lit), "%s:%u", c->host, (unsigned)c->port);
+		if (gw_parse_sockaddr(lit, &ss, &sl) < 0) {
+			respond_error(c, 400, "bad IP literal", false);
+			return;
+		}
+	}
+	if (sl) {
+		if (ss.ss_family == AF_INET)
+			((struct sockaddr_in *)&ss)->sin_port = htons(c->port);
+		else
+			((struct sockaddr_in6 *)&ss)->sin6_port = htons(c->port);
+		const char *reason = NULL;
+		if (!gw_addr_allowed((struct sockaddr *)&ss, cfg->cidrs, cfg->n_cidrs, &reason)) {
+			char why[512];
+			snprintf(why, sizeof(why), "%s is a refused address: %s", c->host,
+				 reason ? reason : "refused");
+			respond_error(c, 403, why, false);
+			return;
+		}
+		upstream_connect(c, (struct sockaddr *)&ss, sl);
+		return;
+	}
+	if (!e->dns) {
+		respond_error(c, 502, "no resolver configured for upstream names", false);
+		return;
+	}
+	struct evutil_addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+					 .ai_protocol = IPPROTO_TCP };
+	c->phase = P_RESOLVE;
+	bufferevent_disable(c->cbev, EV_READ);
+	struct evdns_getaddrinfo_request *rq =
+		evdns_getaddrinfo(e->dns, c->host, NULL, &hints, dns_cb, c);
+	/* NULL: done already (the callback ran) or failed (it ran too). */
+	if (rq)
+		c->dns_req = rq;
+}
+
+/* Host[:port] from a Host field or authority, normalized; the default port when absent. */
+static int host_port(struct gw_span s, uint16_t dflt, char *host, size_t size, uint16_t *port)
+{
+	uint16_t p = 0;
+	if (gw_parse_hostport(s.p, s.len, host, size, &p, false) < 0)
+		return -1;
+	*port = p ? p : dflt;
+	return 0;
+}
+
+/* A complete head in the client's input: decide and start the request. */
+static void handle_request(struct conn *c, struct gw_http_request *req)
+{
+	struct gw_engine *e = c->e;
+	const struct gw_config *cfg = e->cfg;
+	struct evbuffer *in = bufferevent_get_input(c->cbev);
+	reset_request(c);
+	span_copy(req->method, c->method, sizeof(c->method));
+	c->head_req = gw_span_eq_ci(req->method, "HEAD") && strcmp(c->method, "HEAD") == 0;
+	c->req_close = req->connection_close;
+	c->req_body = req->body;
+	c->req_left = req->content_length;
+	c->upgrade = req->upgrade;
+
+	if (req->form == GW_FORM_AUTHORITY) {
+		/* CONNECT: only on the proxy, never inside a tunnel. */
+		uint16_t port;
+		if (c->kind != CK_PROXY || c->ctls ||
+		    host_port(req->authority, 443, c->host, sizeof(c->host), &port) < 0) {
+			evbuffer_drain(in, req->head_len);
+			respond_error(c, 400, "CONNECT is for the proxy port, with HOST:PORT", false);
+			return;
+		}
+		c->port = port;
+		evbuffer_drain(in, req->head_len);
+		if (cfg->mode == GW_MODE_RESTRICTED && !gw_policy_host_may_allow(cfg->policy, c->host, port)) {
+			respond_error(c, 403, "no rule allows this host", false);
+			return;
+		}
+		/* Tunnel: TLS with a leaf for the host, every request inside decided. */
+		const struct gw_leaf *leaf;
+		struct al_error err = { 0 };
+		if (gw_ca_leaf(e->ca, c->host, &leaf, &err) < 0) {
+			respond_error(c, 502, "cannot make a certificate for this host", false);
+			return;
+		}
+		SSL *ssl = SSL_new(e->srv_ctx);
+		if (!ssl) {
+			respond_error(c, 502, "out of memory", false);
+			return;
+		}
+		SSL_use_certificate(ssl, gw_leaf_x509(leaf));
+		SSL_use_PrivateKey(ssl, gw_leaf_pkey(leaf));
+		SSL_add1_chain_cert(ssl, gw_ca_x509(e->ca));
+		SSL_set_app_data(ssl, c);
+		snprintf(c->tunnel_host, sizeof(c->tunnel_host), "%s", c->host);
+		c->tunnel_port = port;
+		evbuffer_add(bufferevent_get_output(c->cbev),
+			     "HTTP/1.1 200 Connection established\r\n\r\n", 39);
+		struct bufferevent *tls = bufferevent_openssl_filter_new(
+			e->base, c->cbev, ssl, BUFFEREVENT_SSL_ACCEPTING,
+			BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+		if (!tls) {
+			SSL_free(ssl);
+			conn_free(c);
+			return;
+		}
+		c->cbev = tls;
+		c->cssl = ssl;
+		c->ctls = true;
+		bufferevent_setcb(tls, client_read_cb, client_write_cb, client_event_cb, c);
+		watch_output(e, tls);
+		bufferevent_setwatermark(tls, EV_WRITE, CONN_HIGH_WATER / 2, 0);
+		bufferevent_setwatermark(tls, EV_READ, 0, CONN_HIGH_WATER);
+		bufferevent_enable(tls, EV_READ | EV_WRITE);
+		c->phase = P_HEAD;
+		arm_timer(c, IDLE_TIMEOUT_S);
+		return;
+	}
+
+	/* Where the request goes. */
+	uint16_t port = 0;
+	if (req->form == GW_FORM_ABSOLUTE) {
+		if (c->kind != CK_PROXY || c->ctls) {
+			evbuffer_drain(in, req->head_len);
+			respond_error(c, 400, "absolute-form request outside the proxy", false);
+			return;
+		}
+		if (host_port(req->authority, 80, c->host, sizeof(c->host), &port) < 0) {
+			evbuffer_drain(in, req->head_len);
+			respond_error(c, 400, "bad host", false);
+			return;
+		}
+	} else {
+		uint16_t dflt = c->ctls ? 443 : 80;
+		if (host_port(req->host, dflt, c->host, sizeof(c->host), &port) < 0) {
+			evbuffer_drain(in, req->head_len);
+			respond_error(c, 400, "bad Host", false);
+			return;
+		}
+		if (c->kind == CK_PROXY && !c->ctls) {
+			evbuffer_drain(in, req->head_len);
+			respond_error(c, 400, "this is a proxy: send absolute-form requests or CONNECT",
+				      false);
+			return;
+		}
+		if (c->ctls) {
+			/* One name for the tunnel, the SNI and the request. */
+			if (strcmp(c->host, c->tunnel_host) != 0 || port != c->tunnel_port ||
+			    (c->sni[0] && strcmp(c->sni, c->tunnel_host) != 0)) {
+				c->port = port;
+				evbuffer_drain(in, req->head_len);
+				respond_error(c, 421, "Host, TLS server name and CONNECT target differ",
+					      false);
+				return;
+			}
+		} else if (port != 80) {
+			c->port = port;
+			evbuffer_drain(in, req->head_len);
+			respond_error(c, 421, "Host names another port than this connection's", false);
+			return;
+		}
+	}
+	c->port = port;
+
+	/* The one canonical path every decision uses. */
+	char *canon = malloc(GW_PATH_MAX + 1);
+	if (!canon) {
+		conn_free(c);
+		return;
+	}
+	size_t qoff;
+	int pr = gw_path_canonical(req->path.p, req->path.len, canon, GW_PATH_MAX + 1, &qoff);
+	if (pr < 0) {
+		free(canon);
+		evbuffer_drain(in, req->head_len);
+		respond_error(c, 400, "ambiguous or malformed path", false);
+		return;
+	}
+	c->path = canon;
+	const char *query = req->path.p + qoff;
+	size_t query_len = req->path.len - qoff;
+
+	/* The decision. */
+	if (cfg->mode == GW_MODE_OPEN) {
+		snprintf(c->rule, sizeof(c->rule), "open");
+		snprintf(c->reason, sizeof(c->reason), "network open");
+	} else {
+		struct gw_decision d;
+		gw_policy_decide(cfg->policy, c->method, c->host, port, c->path, &d);
+		c->generation = d.generation;
+		if (d.rule)
+			snprintf(c->rule, sizeof(c->rule), "%s", d.rule);
+		if (!d.allow) {
+			evbuffer_drain(in, req->head_len);
+			respond_error(c, 403, d.reason, req->body == GW_BODY_NONE);
+			return;
+		}
+		snprintf(c->reason, sizeof(c->reason), "%s", d.reason);
+	}
+
+	/* The credential, on TLS upstreams only. */
+	const struct gw_cred *cred = find_cred(cfg, c->host, port, c->path);
+	const char *secret = NULL;
+	size_t secret_len = 0;
+	if (cred && cred->github) {
+		if (cfg->n_grants == 0) {
+			cred = NULL; /* no grant, no credential */
+		} else if (!gw_github_allowed(cfg->grants, cfg->n_grants, c->host, c->path)) {
+			evbuffer_drain(in, req->head_len);
+			respond_error(c, 403, "repository not granted to this run",
+				      req->body == GW_BODY_NONE);
+			return;
+		}
+	}
+	if (cred && c->ctls && e->vault) {
+		secret = gw_vault_get(e->vault, cred->secret, &secret_len);
+		if (!secret)
+			cred = NULL;
+	} else {
+		cred = NULL;
+	}
+	c->cred_name = cred ? cred->secret : NULL;
+	if (cred && gw_redactor_new(e->vault, &c->red) < 0) {
+		conn_free(c);
+		return;
+	}
+
+	build_upstream_head(c, req, c->path, query, query_len, cred, secret, secret_len);
+	c->bytes_up = evbuffer_get_length(c->pending);
+	evbuffer_drain(in, req->head_len);
+	if (c->req_body == GW_BODY_NONE || (c->req_body == GW_BODY_LENGTH && c->req_left == 0))
+		c->req_done = true;
+	upstream_start(c);
+}
+
+static int chunk_noop(const char *p, size_t n, void *ud)
+{
+	return 0;
+}
+
+/* Moves request body bytes from the client to the upstream. */
+static void pump_request_body(struct conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->cbev);
+	struct evbuffer *out = bufferevent_get_output(c->ubev);
+	while (!c->req_done && evbuffer_get_length(in) > 0) {
+		if (evbuffer_get_length(out) >= CONN_HIGH_WATER || over_budget(c)) {
+			bufferevent_disable(c->cbev, EV_READ);
+			return;
+		}
+		size_t take;
+		if (c->req_body == GW_BODY_LENGTH) {
+			size_t avail = evbuffer_get_length(in);
+			take = (uint64_t)avail < c->req_left ? avail : (size_t)c->req_left;
+			c->req_left -= take;
+			if (c->req_left == 0)
+				c->req_done = true;
+		} else {
+			struct evbuffer_iovec v;
+			if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+				return;
+			size_t used;
+			int r = gw_chunked_feed(&c->req_ch, v.iov_base, v.iov_len, &used, chunk_noop,
+						NULL);
+			if (r < 0) {
+				/* Part of the body went already: nothing to answer. */
+				snprintf(c->reason, sizeof(c->reason), "malformed chunked request body");
+				c->status = 400;
+				audit(c, "error");
+				conn_free(c);
+				return;
+			}
+			take = used;
+			if (r == 1)
+				c->req_done = true;
+		}
+		evbuffer_remove_buffer(in, out, take);
+		c->bytes_up += take;
+	}
+	if (c->req_done)
+		bufferevent_disable(c->cbev, EV_READ);
+	else
+		bufferevent_enable(c->cbev, EV_READ);
+}
+
+static void process_client(struct conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->cbev);
+	for (;;) {
+		switch (c->phase) {
+		case P_HEAD: {
+			size_t len = evbuffer_get_length(in);
+			if (len == 0) {
+				bufferevent_enable(c->cbev, EV_READ);
+				return;
+			}
+			if (!c->head_started) {
+				c->head_started = true;
+				arm_timer(c, HEAD_DEADLINE_S);
+			}
+			size_t want = len < GW_HTTP_HEAD_MAX + 1 ? len : GW_HTTP_HEAD_MAX + 1;
+			const char *p = (const char *)evbuffer_pullup(in, (ssize_t)want);
+			struct gw_http_request *req = malloc(sizeof(*req));
+			if (!req || !p) {
+				free(req);
+				conn_free(c);
+				return;
+			}
+			int r = gw_http_parse_request(p, want, req);
+			if (r == 0) {
+				free(req);
+				bufferevent_enable(c->cbev, EV_READ);
+				return;
+			}
+			evtimer_del(c->timer);
+			if (r < 0) {
+				free(req);
+				reset_request(c);
+				respond_error(c, -r, r == -400 ? "malformed request" :
+						     r == -414 ? "request line too long" :
+						     r == -431 ? "request head too large" :
+								 "not implemented",
+					      false);
+				return;
+			}
+			bufferevent_disable(c->cbev, EV_READ);
+			handle_request(c, req);
+			free(req);
+			return;
+		}
+		case P_RESOLVE:
+			return;
+		case P_FORWARD:
+			if (!c->req_done && c->ubev)
+				pump_request_body(c);
+			return;
+		case P_TUNNEL: {
+			if (!c->ubev)
+				return;
+			struct evbuffer *out = bufferevent_get_output(c->ubev);
+			if (evbuffer_get_length(out) >= CONN_HIGH_WATER || over_budget(c)) {
+				bufferevent_disable(c->cbev, EV_READ);
+				return;
+			}
+			c->bytes_up += evbuffer_get_length(in);
+			evbuffer_add_buffer(out, in);
+			return;
+		}
+		case P_CLOSING:
+			evbuffer_drain(in, evbuffer_get_length(in));
+			return;
+		}
+	}
+}
+
+static void client_read_cb(struct bufferevent *bev, void *ud)
+{
+	process_client(ud);
+}
+
+static void client_write_cb(struct bufferevent *bev, void *ud)
+{
+	struct conn *c = ud;
+	if (c->phase == P_CLOSING) {
+		if (client_flushed(c))
+			conn_free(c);
+		return;
+	}
+	/* Drained below the low-water mark: the upstream may send again. */
+	if (c->ubev && !c->paused)
+		bufferevent_enable(c->ubev, EV_READ);
+}
+
+static void client_event_cb(struct bufferevent *bev, short what, void *ud)
+{
+	struct conn *c = ud;
+	if (what & BEV_EVENT_CONNECTED)
+		return;
+	/* EOF, error or timeout: the client is gone or stuck. */
+	if (!c->audited && c->method[0] && (c->phase == P_FORWARD || c->phase == P_RESOLVE)) {
+		snprintf(c->reason, sizeof(c->reason), "client went away");
+		audit(c, "allow");
+	}
+	conn_free(c);
+}
+
+/* ---- the upstream side ---- */
+
+static int emit_chunk(const char *p, size_t n, void *ud)
+{
+	struct conn *c = ud;
+	struct evbuffer *out = bufferevent_get_output(c->cbev);
+	if (n == 0)
+		return 0;
+	if (c->rechunk)
+		evbuffer_add_printf(out, "%zx\r\n", n);
+	evbuffer_add(out, p, n);
+	if (c->rechunk)
+		evbuffer_add(out, "\r\n", 2);
+	c->bytes_down += n;
+	return 0;
+}
+
+static int redact_piece(const char *p, size_t n, void *ud)
+{
+	struct conn *c = ud;
+	return gw_redact(c->red, p, n, emit_chunk, c);
+}
+
+/* Writes a field value through a fresh redactor. */
+static int add_redacted(const char *p, size_t n, void *ud)
+{
+	return evbuffer_add(ud, p, n);
+}
+
+static void write_response_head(struct conn *c, const struct gw_http_response *res, const char *raw)
+{
+	struct evbuffer *out = bufferevent_get_output(c->cbev);
+	/* The status line as received (code and reason). */
+	const char *eol = memchr(raw, '\r', res->head_len);
+	size_t sl = eol ? (size_t)(eol - raw) : 0;
+	evbuffer_add(out, "HTTP/1.1", 8);
+	evbuffer_add(out, raw + 8, sl - 8);
+	evbuffer_add(out, "\r\n", 2);
+	struct gw_span tokens[32];
+	size_t n_tokens = connection_tokens(res->fields, res->n_fields, tokens, 32);
+	bool switching = res->status == 101;
+	for (size_t i = 0; i < res->n_fields; i++) {
+		const struct gw_http_field *f = &res->fields[i];
+		if (!switching && is_hop_by_hop(f->name, tokens, n_tokens))
+			continue;
+		if (switching && (gw_span_eq_ci(f->name, "connection") || gw_span_eq_ci(f->name, "upgrade")))
+			continue;
+		if (c->rechunk && gw_span_eq_ci(f->name, "content-length"))
+			continue;
+		evbuffer_add(out, f->name.p, f->name.len);
+		evbuffer_add(out, ": ", 2);
+		if (c->red) {
+			struct gw_redactor *r = NULL;
+			if (gw_redactor_new(c->e->vault, &r) == 0) {
+				gw_redact(r, f->value.p, f->value.len, add_redacted, out);
+				gw_redact_finish(r, add_redacted, out);
+				gw_redactor_free(r);
+			}
+		} else {
+			evbuffer_add(out, f->value.p, f->value.len);
+		}
+		evbuffer_add(out, "\r\n", 2);
+	}
+	if (switching) {
+		for (size_t i = 0; i < res->n_fields; i++)
+			if (gw_span_eq_ci(res->fields[i].name, "upgrade")) {
+				evbuffer_add(out, "Upgrade: ", 9);
+				evbuffer_add(out, res->fields[i].value.p, res->fields[i].value.len);
+				evbuffer_add(out, "\r\n", 2);
+				break;
+			}
+		evbuffer_add(out, "Connection: Upgrade\r\n", 21);
+	} else if (res->status >= 200) {
+		if (c->rechunk)
+			evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+		else if (res->body == GW_BODY_CHUNKED)
+			evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+		evbuffer_add_printf(out, "Connection: %s\r\n", c->close_after ? "close" : "keep-alive");
+	}
+	evbuffer_add(out, "\r\n", 2);
+}
+
+static void finish_exchange(struct conn *c)
+{
+	audit(c, "allow");
+	if (c->close_after || c->req_close || !c->req_done) {
+		close_when_flushed(c);
+		return;
+	}
+	c->phase = P_HEAD;
+	reset_request(c);
+	arm_timer(c, IDLE_TIMEOUT_S);
+	process_client(c);
+}
+
+static void response_body_done(struct conn *c)
+{
+	if (c->red) {
+		gw_redact_finish(c->red, emit_chunk, c);
+		if (c->rechunk)
+			evbuffer_add(bufferevent_get_output(c->cbev), "0\r\n\r\n", 5);
+	}
+	c->resp_done = true;
+	finish_exchange(c);
+}
+
+/* Moves response bytes from the upstream to the client. */
+static void pump_response(struct conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->ubev);
+	struct evbuffer *out = bufferevent_get_output(c->cbev);
+	while (c->phase == P_FORWARD && !c->resp_head_done) {
+		size_t len = evbuffer_get_length(in);
+		if (len == 0)
+			return;
+		size_t want = len < GW_HTTP_HEAD_MAX + 1 ? len : GW_HTTP_HEAD_MAX + 1;
+		const char *p = (const char *)evbuffer_pullup(in, (ssize_t)want);
+		struct gw_http_response *res = malloc(sizeof(*res));
+		if (!res || !p) {
+			free(res);
+			conn_free(c);
+			return;
+		}
+		int r = gw_http_parse_response(p, want, c->head_req, res);
+		if (r == 0) {
+			free(res);
+			return;
+		}
+		if (r < 0) {
+			free(res);
+			respond_error(c, 502, "malformed response from the upstream", false);
+			return;
+		}
+		c->status = res->status;
+		if (res->status >= 100 && res->status < 200 && res->status != 101) {
+			/* Interim (100 Continue): passed on, the final one follows. */
+			write_response_head(c, res, p);
+			evbuffer_drain(in, res->head_len);
+			free(res);
+			continue;
+		}
+		if (res->status == 101) {
+			if (!c->upgrade) {
+				free(res);
+				respond_error(c, 502, "upstream switched protocols unasked", false);
+				return;
+			}
+			write_response_head(c, res, p);
+			evbuffer_drain(in, res->head_len);
+			free(res);
+			c->resp_head_done = true;
+			audit(c, "allow");
+			c->phase = P_TUNNEL;
+			bufferevent_set_timeouts(c->ubev, NULL, NULL);
+			bufferevent_enable(c->cbev, EV_READ);
+			break;
+		}
+		c->resp_body = res->body;
+		c->resp_left = res->content_length;
+		c->close_after = res->connection_close || res->body == GW_BODY_CLOSE || c->req_close;
+		c->up_reusable = !res->connection_close && res->body != GW_BODY_CLOSE;
+		c->rechunk = c->red && res->body != GW_BODY_NONE;
+		if (c->rechunk && res->body == GW_BODY_CLOSE)
+			c->close_after = true;
+		write_response_head(c, res, p);
+		evbuffer_drain(in, res->head_len);
+		free(res);
+		c->resp_head_done = true;
+		if (c->resp_body == GW_BODY_NONE ||
+		    (c->resp_body == GW_BODY_LENGTH && c->resp_left == 0)) {
+			response_body_done(c);
+			return;
+		}
+	}
+	if (c->phase == P_TUNNEL) {
+		if (evbuffer_get_length(out) >= CONN_HIGH_WATER || over_budget(c)) {
+			bufferevent_disable(c->ubev, EV_READ);
+			return;
+		}
+		c->bytes_down += evbuffer_get_length(in);
+		evbuffer_add_buffer(out, in);
+		return;
+	}
+	while (c->phase == P_FORWARD && !c->resp_done && evbuffer_get_length(in) > 0) {
+		if (evbuffer_get_length(out) >= CONN_HIGH_WATER || over_budget(c)) {
+			bufferevent_disable(c->ubev, EV_READ);
+			return;
+		}
+		struct evbuffer_iovec v;
+		if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+			return;
+		size_t take = v.iov_len;
+		bool done = false;
+		if (c->resp_body == GW_BODY_LENGTH) {
+			if ((uint64_t)take >= c->resp_left) {
+				take = (size_t)c->resp_left;
+				done = true;
+			}
+			c->resp_left -= take;
+			if (c->red)
+				redact_piece(v.iov_base, take, c);
+		} else if (c->resp_body == GW_BODY_CHUNKED) {
+			size_t used;
+			int r = gw_chunked_feed(&c->resp_ch, v.iov_base, v.iov_len, &used,
+						c->red ? redact_piece : NULL, c);
+			if (r < 0) {
+				snprintf(c->reason, sizeof(c->reason), "malformed chunked response");
+				audit(c, "allow");
+				conn_free(c);
+				return;
+			}
+			take = used;
+			done = r == 1;
+		} else if (c->red) {
+			redact_piece(v.iov_base, take, c);
+		}
+		if (c->red) {
+			evbuffer_drain(in, take);
+		} else {
+			evbuffer_remove_buffer(in, out, take);
+			c->bytes_down += take;
+		}
+		if (done) {
+			response_body_done(c);
+			return;
+		}
+	}
+}
+
+static void up_read_cb(struct bufferevent *bev, void *ud)
+{
+	struct conn *c = ud;
+	if (c->phase == P_FORWARD || c->phase == P_TUNNEL)
+		pump_response(c);
+	else
+		evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+}
+
+static void up_write_cb(struct bufferevent *bev, void *ud)
+{
+	struct conn *c = ud;
+	if (c->paused)
+		return;
+	if ((c->phase == P_FORWARD && !c->req_done) || c->phase == P_TUNNEL)
+		bufferevent_enable(c->cbev, EV_READ);
+}
+
+static void up_event_cb(struct bufferevent *bev, short what, void *ud)
+{
+	struct conn *c = ud;
+	if (what & BEV_EVENT_CONNECTED) {
+		c->up_connected = true;
+		struct timeval rt = { .tv_sec = UPSTREAM_IDLE_S }, wt = { .tv_sec = CLIENT_WRITE_S };
+		bufferevent_set_timeouts(bev, &rt, &wt);
+		int one = 1;
+		setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		return;
+	}
+	/* A response that ends with the connection. */
+	if ((what & BEV_EVENT_EOF) && c->phase == P_FORWARD && c->resp_head_done &&
+	    c->resp_body == GW_BODY_CLOSE) {
+		pump_response(c);
+		if (c->phase == P_FORWARD) {
+			bev_free(c->ubev);
+			c->ubev = NULL;
+			c->close_after = true;
+			response_body_done(c);
+		}
+		return;
+	}
+	if (c->phase == P_TUNNEL) {
+		pump_response(c);
+		bev_free(c->ubev);
+		c->ubev = NULL;
+		close_when_flushed(c);
+		return;
+	}
+	if (c->phase == P_FORWARD && !c->resp_head_done) {
+		char why[512];
+		unsigned long e = ERR_peek_last_error();
+		SSL *ssl = bufferevent_openssl_get_ssl(bev);
+		long vr = ssl ? SSL_get_verify_result(ssl) : X509_V_OK;
+		if (ssl && vr != X509_V_OK)
+			snprintf(why, sizeof(why), "upstream certificate not trusted: %s",
+				 X509_verify_cert_error_string(vr));
+		else if (what & BEV_EVENT_TIMEOUT)
+			snprintf(why, sizeof(why), "upstream timed out");
+		else if (!c->up_connected)
+			snprintf(why, sizeof(why), "cannot connect to the upstream: %s",
+				 e ? "TLS handshake failed" : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+		else
+			snprintf(why, sizeof(why), "the upstream closed the connection");
+		ERR_clear_error();
+		bev_free(c->ubev);
+		c->ubev = NULL;
+		respond_error(c, what & BEV_EVENT_TIMEOUT ? 504 : 502, why, false);
+		return;
+	}
+	if (c->phase == P_FORWARD && !c->resp_done) {
+		/* Cut off in the middle of a framed body: the client must see
+		 * it cut off too. */
+		pump_response(c);
+		snprintf(c->reason, sizeof(c->reason), "upstream closed mid-response");
+		audit(c, "allow");
+		conn_free(c);
+		return;
+	}
+	/* An idle kept-alive upstream went away: forget it. */
+	bev_free(c->ubev);
+	c->ubev = NULL;
+}
+
+/* ---- connections ---- */
+
+static void conn_free(struct conn *c)
+{
+	struct gw_sbx *s = c->s;
+	if (c->paused) {
+		for (struct conn **pp = &c->e->paused; *pp; pp = &(*pp)->paused_next)
+			if (*pp == c) {
+				*pp = c->paused_next;
+				break;
+			}
+	}
+	if (c->dns_req)
+		evdns_getaddrinfo_cancel(c->dns_req);
+	bev_free(c->ubev);
+	bev_free(c->cbev);
+	if (c->timer)
+		event_free(c->timer);
+	if (c->pending)
+		evbuffer_free(c->pending);
+	if (c->red)
+		gw_redactor_free(c->red);
+	free(c->path);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	s->n_conns--;
+	free(c);
+}
+
+static int cert_cb(SSL *ssl, void *arg)
+{
+	struct conn *c = SSL_get_app_data(ssl);
+	struct gw_engine *e = arg;
+	if (!c)
+		return 0;
+	const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+	char norm[GW_HOST_MAX + 3] = "";
+	bool ip = false;
+	if (name && gw_host_normalize(name, strlen(name), norm, sizeof(norm), &ip) < 0)
+		return 0;
+	if (c->kind != CK_HTTPS) {
+		/* CONNECT: the leaf is the CONNECT host's; a differing name is
+		 * answered with 421 per request. */
+		snprintf(c->sni, sizeof(c->sni), "%s", norm);
+		return 1;
+	}
+	/* Transparent 443: the name is all we have. */
+	if (!norm[0] || ip)
+		return 0;
+	if (e->cfg->mode == GW_MODE_RESTRICTED &&
+	    !gw_policy_host_may_allow(e->cfg->policy, norm, 443))
+		return 0;
+	const struct gw_leaf *leaf;
+	struct al_error err = { 0 };
+	if (gw_ca_leaf(e->ca, norm, &leaf, &err) < 0)
+		return 0;
+	if (SSL_use_certificate(ssl, gw_leaf_x509(leaf)) != 1 ||
+	    SSL_use_PrivateKey(ssl, gw_leaf_pkey(leaf)) != 1)
+		return 0;
+	SSL_add1_chain_cert(ssl, gw_ca_x509(e->ca));
+	snprintf(c->sni, sizeof(c->sni), "%s", norm);
+	snprintf(c->tunnel_host, sizeof(c->tunnel_host), "%s", norm);
+	c->tunnel_port = 443;
+	return 1;
+}
+
+static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+		   const unsigned char *in, unsigned int inlen, void *arg)
+{
+	for (unsigned i = 0; i < inlen;) {
+		unsigned l = in[i];
+		if (i + 1 + l > inlen)
+			break;
+		if (l == 8 && memcmp(in + i + 1, "http/1.1", 8) == 0) {
+			*out = in + i + 1;
+			*outlen = 8;
+			return SSL_TLSEXT_ERR_OK;
+		}
+		i += 1 + l;
+	}
+	return SSL_TLSEXT_ERR_NOACK;
+}
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+		      void *ud)
+{
+	struct gw_sbx *s = ud;
+	struct gw_engine *e = s->e;
+	enum conn_kind kind = CK_PROXY;
+	for (int i = 0; i < 3; i++)
+		if (s->listeners[i] == l)
+			kind = (enum conn_kind)i;
+	if (s->n_conns >= MAX_CONNS_PER_SANDBOX) {
+		close(fd);
+		return;
+	}
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->e = e;
+	c->s = s;
+	c->kind = kind;
+	c->timer = evtimer_new(e->base, timer_cb, c);
+	c->pending = evbuffer_new();
+	int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+	if (kind == CK_HTTPS) {
+		SSL *ssl = SSL_new(e->srv_ctx);
+		if (ssl) {
+			SSL_set_app_data(ssl, c);
+			c->cbev = bufferevent_openssl_socket_new(e->base, fd, ssl,
+								 BUFFEREVENT_SSL_ACCEPTING, opts);
+			if (!c->cbev)
+				SSL_free(ssl);
+			c->cssl = ssl;
+			c->ctls = true;
+		}
+	} else {
+		c->cbev = bufferevent_socket_new(e->base, fd, opts);
+	}
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	s->n_conns++;
+	if (!c->cbev || !c->timer || !c->pending) {
+		if (!c->cbev)
+			close(fd);
+		conn_free(c);
+		return;
+	}
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	bufferevent_setcb(c->cbev, client_read_cb, client_write_cb, client_event_cb, c);
+	watch_output(e, c->cbev);
+	struct timeval wt = { .tv_sec = CLIENT_WRITE_S };
+	bufferevent_set_timeouts(c->cbev, NULL, &wt);
+	bufferevent_setwatermark(c->cbev, EV_WRITE, CONN_HIGH_WATER / 2, 0);
+	bufferevent_setwatermark(c->cbev, EV_READ, 0, CONN_HIGH_WATER);
+	bufferevent_enable(c->cbev, EV_READ | EV_WRITE);
+	reset_request(c);
+	arm_timer(c, IDLE_TIMEOUT_S);
+}
+
+/* ---- DNS stub ---- */
+
+struct dns_allow_ctx {
+	const struct gw_config *cfg;
+};
+
+static bool dns_allow(const char *name, void *ud)
+{
+	const struct gw_config *cfg = ud;
+	char norm[GW_HOST_MAX + 3];
+	bool ip;
+	if (gw_host_normalize(name, strlen(name), norm, sizeof(norm), &ip) < 0 || ip)
+		return false;
+	if (cfg->mode == GW_MODE_OPEN)
+		return true;
+	return gw_policy_host_may_allow(cfg->policy, norm, 0);
+}
+
+static void dns_cb_udp(evutil_socket_t fd, short what, void *ud)
+{
+	struct gw_sbx *s = ud;
+	struct gw_dns_config dc = { .ipv4 = { 127, 0, 0, 2 }, .ttl = 60, .allow = dns_allow,
+				    .userdata = (void *)s->e->cfg };
+	for (int i = 0; i < 64; i++) {
+		uint8_t q[1500], a[GW_DNS_MAX_MSG];
+		struct sockaddr_storage from;
+		socklen_t fl = sizeof(from);
+		ssize_t n = recvfrom(fd, q, sizeof(q), MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+		if (n < 0)
+			return;
+		size_t alen = gw_dns_answer(&dc, q, (size_t)n, a, sizeof(a));
+		if (alen)
+			(void)sendto(fd, a, alen, MSG_DONTWAIT, (struct sockaddr *)&from, fl);
+	}
+}
+
+/* ---- sandboxes ---- */
+
+static void sandbox_free(struct gw_sbx *s)
+{
+	struct gw_engine *e = s->e;
+	while (s->conns)
+		conn_free(s->conns);
+	for (int i = 0; i < 3; i++)
+		if (s->listeners[i])
+			evconnlistener_free(s->listeners[i]);
+	if (s->dns_ev)
+		event_free(s->dns_ev);
+	if (s->watch_ev)
+		event_free(s->watch_ev);
+	if (s->dns_fd >= 0)
+		close(s->dns_fd);
+	if (s->watch_fd >= 0)
+		close(s->watch_fd);
+	if (s->audit_fd >= 0)
+		close(s->audit_fd);
+	for (struct gw_sbx **pp = &e->sandboxes; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	free(s);
+	if (e->exit_when_idle && !e->sandboxes)
+		event_base_loopexit(e->base, NULL);
+}
+
+static void watch_cb(evutil_socket_t fd, short what, void *ud)
+{
+	/* The sandbox's init exited: the sandbox is gone. */
+	sandbox_free(ud);
+}
+
+int gw_engine_add_sandbox(struct gw_engine *e, const char *id, const struct gw_listeners *l,
+			  int audit_fd, int watch_pidfd, struct al_error *err)
+{
+	int fds[3] = { l->proxy, l->http, l->https };
+	struct gw_sbx *s = calloc(1, sizeof(*s));
+	if (!s) {
+		for (int i = 0; i < 3; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+		if (l->dns >= 0)
+			close(l->dns);
+		if (audit_fd >= 0)
+			close(audit_fd);
+		if (watch_pidfd >= 0)
+			close(watch_pidfd);
+		return al_error_set(err, -ENOMEM, "out of memory");
+	}
+	s->e = e;
+	snprintf(s->id, sizeof(s->id), "%s", id);
+	s->audit_fd = audit_fd;
+	s->dns_fd = l->dns;
+	s->watch_fd = watch_pidfd;
+	s->next = e->sandboxes;
+	e->sandboxes = s;
+	int rc = 0;
+	for (int i = 0; i < 3; i++) {
+		if (fds[i] < 0)
+			continue;
+		evutil_make_socket_nonblocking(fds[i]);
+		s->listeners[i] = evconnlistener_new(e->base, accept_cb, s, LEV_OPT_CLOSE_ON_FREE, -1,
+						     fds[i]);
+		if (!s->listeners[i]) {
+			close(fds[i]);
+			rc = -ENOMEM;
+		}
+	}
+	if (s->dns_fd >= 0) {
+		evutil_make_socket_nonblocking(s->dns_fd);
+		s->dns_ev = event_new(e->base, s->dns_fd, EV_READ | EV_PERSIST, dns_cb_udp, s);
+		if (!s->dns_ev || event_add(s->dns_ev, NULL) < 0)
+			rc = -ENOMEM;
+	}
+	if (s->watch_fd >= 0) {
+		s->watch_ev = event_new(e->base, s->watch_fd, EV_READ, watch_cb, s);
+		if (!s->watch_ev || event_add(s->watch_ev, NULL) < 0)
+			rc = -ENOMEM;
+	}
+	if (rc < 0) {
+		sandbox_free(s);
+		return al_error_set(err, rc, "cannot serve the sandbox's listeners");
+	}
+	return 0;
+}
+
+/* ---- control ---- */
+
+static void ctl_cb(evutil_socket_t fd, short what, void *ud)
+{
+	struct gw_engine *e = ud;
+	static const struct ipc_type types[] = {
+		{ GW_IPC_ATTACH, 1 + SANDBOX_ID_MAX, 6 },
+	};
+	struct ipc_msg m = IPC_MSG_INIT;
+	int r = ipc_recv(fd, types, ARRAY_SIZE(types), &m);
+	if (r == -EAGAIN)
+		return;
+	if (r < 0) {
+		/* The caller is gone (a detached gateway lives on) or broke
+		 * the protocol: no more control either way. */
+		event_del(e->ctl_ev);
+		close(e->ctl);
+		e->ctl = -1;
+		if (!e->sandboxes && e->exit_when_idle)
+			event_base_loopexit(e->base, NULL);
+		return;
+	}
+	/* payload: mask of the listeners present, then the id. */
+	char id[SANDBOX_ID_MAX + 1] = "";
+	uint8_t mask = m.len ? m.data[0] : 0;
+	if (m.len > 1)
+		memcpy(id, m.data + 1, m.len - 1);
+	id[m.len > 1 ? m.len - 1 : 0] = '\0';
+	struct gw_listeners l = { -1, -1, -1, -1 };
+	int *slots[4] = { &l.proxy, &l.http, &l.https, &l.dns };
+	size_t k = 0;
+	for (int i = 0; i < 4; i++)
+		if (mask & (1u << i))
+			*slots[i] = ipc_msg_take_fd(&m, k++);
+	int audit_fd = (mask & 16) ? ipc_msg_take_fd(&m, k++) : -1;
+	int watch_fd = (mask & 32) ? ipc_msg_take_fd(&m, k++) : -1;
+	bool ok = k == m.n_fds;
+	ipc_msg_done(&m);
+	struct al_error err = { 0 };
+	if (ok)
+		r = gw_engine_add_sandbox(e, id, &l, audit_fd, watch_fd, &err);
+	else
+		r = al_error_set(&err, -EBADMSG, "descriptors do not match the mask");
+	if (r < 0) {
+		const char *msg = al_error_message(&err);
+		ipc_send(fd, GW_IPC_ERROR, msg, strlen(msg), NULL, 0);
+	} else {
+		ipc_send(fd, GW_IPC_ATTACHED, NULL, 0, NULL, 0);
+	}
+}
+
+int gw_engine_add_control(struct gw_engine *e, int ctl)
+{
+	e->ctl = ctl;
+	evutil_make_socket_nonblocking(ctl);
+	e->ctl_ev = event_new(e->base, ctl, EV_READ | EV_PERSIST, ctl_cb, e);
+	if (!e->ctl_ev || event_add(e->ctl_ev, NULL) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *ud)
+{
+	struct gw_engine *e = ud;
+	event_base_loopexit(e->base, NULL);
+}
+
+int gw_engine_handle_signals(struct gw_engine *e)
+{
+	e->sig_int = evsignal_new(e->base, SIGINT, signal_cb, e);
+	e->sig_term = evsignal_new(e->base, SIGTERM, signal_cb, e);
+	if (!e->sig_int || !e->sig_term || evsignal_add(e->sig_int, NULL) < 0 ||
+	    evsignal_add(e->sig_term, NULL) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+/* ---- the engine ---- */
+
+int gw_engine_new(const struct gw_engine_opts *o, struct gw_engine **ret, struct al_error *err)
+{
+	struct gw_engine *e = calloc(1, sizeof(*e));
+	if (!e)
+		return al_error_set(err, -ENOMEM, "out of memory");
+	e->cfg = o->cfg;
+	e->vault = o->vault;
+	e->ca = o->ca;
+	e->exit_when_idle = o->exit_when_idle;
+	e->ctl = -1;
+	struct event_config *ec = event_config_new();
+	if (ec) {
+		/* No signal fd or timer fd games: epoll only. */
+		event_config_avoid_method(ec, "select");
+		event_config_avoid_method(ec, "poll");
+		e->base = event_base_new_with_config(ec);
+		event_config_free(ec);
+	}
+	e->srv_ctx = SSL_CTX_new(TLS_server_method());
+	e->up_ctx = SSL_CTX_new(TLS_client_method());
+	if (!e->base || !e->srv_ctx || !e->up_ctx) {
+		X509_STORE_free(o->upstream_store);
+		gw_engine_free(e);
+		return al_error_set(err, -ENOMEM, "cannot set up the event loop or TLS");
+	}
+	SSL_CTX_set_min_proto_version(e->srv_ctx, TLS1_2_VERSION);
+	SSL_CTX_set_options(e->srv_ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET |
+						SSL_OP_CIPHER_SERVER_PREFERENCE);
+	SSL_CTX_set_session_cache_mode(e->srv_ctx, SSL_SESS_CACHE_OFF);
+	/* Idle connections keep no TLS record buffers. */
+	SSL_CTX_set_mode(e->srv_ctx, SSL_MODE_RELEASE_BUFFERS);
+	SSL_CTX_set_mode(e->up_ctx, SSL_MODE_RELEASE_BUFFERS);
+	SSL_CTX_set_cert_cb(e->srv_ctx, cert_cb, e);
+	SSL_CTX_set_alpn_select_cb(e->srv_ctx, alpn_cb, e);
+	SSL_CTX_set_min_proto_version(e->up_ctx, TLS1_2_VERSION);
+	SSL_CTX_set_options(e->up_ctx, SSL_OP_NO_RENEGOTIATION);
+	SSL_CTX_set_verify(e->up_ctx, SSL_VERIFY_PEER, NULL);
+	SSL_CTX_set_cert_store(e->up_ctx, o->upstream_store);
+	static const unsigned char alpn[] = "\x08http/1.1";
+	SSL_CTX_set_alpn_protos(e->up_ctx, alpn, sizeof(alpn) - 1);
+	*ret = e;
+	return 0;
+}
+
+int gw_engine_dns_init(struct gw_engine *e, struct al_error *err)
+{
+	e->dns = evdns_base_new(e->base, 0);
+	if (!e->dns)
+		return al_error_set(err, -ENOMEM, "cannot set up the resolver");
+	/* Missing resolv.conf: upstream names fail, overrides still work. */
+	(void)evdns_base_resolv_conf_parse(e->dns, DNS_OPTIONS_ALL, "/etc/resolv.conf");
+	(void)evdns_base_load_hosts(e->dns, "/etc/hosts");
+	evdns_base_set_option(e->dns, "randomize-case:", "0");
+	return 0;
+}
+
+int gw_engine_run(struct gw_engine *e)
+{
+	return event_base_dispatch(e->base) < 0 ? -EIO : 0;
+}
+
+void gw_engine_free(struct gw_engine *e)
+{
+	if (!e)
+		return;
+	while (e->sandboxes)
+		sandbox_free(e->sandboxes);
+	if (e->ctl_ev)
+		event_free(e->ctl_ev);
+	if (e->ctl >= 0)
+		close(e->ctl);
+	if (e->sig_int)
+		event_free(e->sig_int);
+	if (e->sig_term)
+		event_free(e->sig_term);
+	if (e->dns)
+		evdns_base_free(e->dns, 1);
+	SSL_CTX_free(e->srv_ctx);
+	SSL_CTX_free(e->up_ctx);
+	if (e->base)
+		event_base_free(e->base);
+	gw_vault_free(e->vault);
+	gw_ca_free(e->ca);
+	free(e);
+}
