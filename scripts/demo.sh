@@ -13,7 +13,12 @@ show() { printf '$ %s\n' "$*"; "$@"; printf '(exit status %s)\n' "$?"; }
 ws=$(mktemp -d /tmp/airlock-demo-XXXXXX)
 chown nobody: "$ws"
 server=""
-cleanup() { [ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$ws"; }
+api=""
+cleanup() {
+	[ -n "$server" ] && kill "$server" 2>/dev/null
+	[ -n "$api" ] && kill "$api" 2>/dev/null
+	rm -rf "$ws"
+}
 trap cleanup EXIT
 
 step "What this kernel offers"
@@ -67,5 +72,66 @@ echo "on the host: $(ls /usr/local/bin/mytool 2>&1)"
 "$AIRLOCK" sandbox list
 show "$AIRLOCK" sandbox destroy "$id"
 "$AIRLOCK" sandbox list
+
+
+step "The egress gateway: a local HTTPS API that prints the key it receives"
+gw=$ws/.gw
+mkdir -p "$gw" && chmod 700 "$gw"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=demo-upstream-ca \
+	-keyout "$gw/ca.key" -out "$gw/ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=api.example.test \
+	-keyout "$gw/srv.key" -out "$gw/srv.csr" 2>/dev/null
+printf 'subjectAltName=DNS:api.example.test\n' >"$gw/ext"
+openssl x509 -req -in "$gw/srv.csr" -CA "$gw/ca.pem" -CAkey "$gw/ca.key" -CAcreateserial \
+	-days 1 -extfile "$gw/ext" -out "$gw/srv.pem" 2>/dev/null
+cat >"$gw/api.py" <<'PY'
+import http.server, ssl, sys
+class API(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        print(f"  [api.example.test] {self.command} {self.path} x-api-key: {self.headers.get('x-api-key')}", flush=True)
+        body = b"hello from the API\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", 0), API)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+open(sys.argv[3], "w").write(str(srv.server_address[1]))
+srv.serve_forever()
+PY
+python3 "$gw/api.py" "$gw/srv.pem" "$gw/srv.key" "$gw/port" &
+api=$!
+for _ in $(seq 50); do [ -s "$gw/port" ] && break; sleep 0.1; done
+port=$(cat "$gw/port")
+printf 'secrets:\n  example-key: sk-real-0123456789abcdef\n' >"$gw/vault.yaml"
+chmod 600 "$gw/vault.yaml"
+cat >"$gw/policy.yaml" <<'YAML'
+rules:
+  - id: example-api
+    host: api.example.test
+    paths: [/v1/]
+credentials:
+  - secret: example-key
+    host: api.example.test
+    header: x-api-key
+    env: EXAMPLE_API_KEY
+YAML
+echo "policy: $(tr '\n' ' ' <"$gw/policy.yaml")"
+echo "(the API is really on 127.0.0.1:$port; --upstream routes api.example.test:443 there)"
+show "$AIRLOCK" sandbox run --policy "$gw/policy.yaml" --vault "$gw/vault.yaml" \
+	--upstream "api.example.test:443=127.0.0.1:$port" --upstream-ca "$gw/ca.pem" --audit "$gw/audit.jsonl" \
+	-- /bin/sh -c 'echo "inside: EXAMPLE_API_KEY=$EXAMPLE_API_KEY";
+	  curl -sS -H "x-api-key: $EXAMPLE_API_KEY" https://api.example.test/v1/hello;
+	  echo "inside: a host off the list:"; curl -sS https://example.org/ -o /dev/null -w "%{http_code}\n" 2>&1;
+	  echo "inside: a path off the list:"; curl -sS https://api.example.test/admin;
+	  echo "inside: DNS for a name off the list: $(getent hosts example.org || echo NXDOMAIN)"'
+echo "audit lines:"
+cat "$gw/audit.jsonl"
+echo "the real key in the audit log: $(grep -c sk-real "$gw/audit.jsonl") times"
 
 step "Done. Everything above ran in sandboxes that are gone without a trace."
