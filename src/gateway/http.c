@@ -403,6 +403,7 @@ int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *r
 	/* HTTP/1.0 has no persistent connections here (no keep-alive). */
 	if (st.http10)
 		st.req.connection_close = true;
+	st.req.http10 = st.http10;
 	st.req.head_len = i;
 	if (ret)
 		*ret = st.req;

@@ -58,6 +58,7 @@ struct gw_http_request {
 	uint64_t content_length;
 	bool connection_close;    /* "Connection: close" */
 	bool upgrade;             /* "Connection: upgrade" and an Upgrade header */
+	bool http10;              /* HTTP/1.0 (no chunked responses for it) */
 	size_t head_len;          /* bytes of the head, final CRLF included */
 };
 

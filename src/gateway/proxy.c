@@ -122,7 +122,7 @@ struct conn {
 	char host[GW_HOST_MAX + 3];
 	uint16_t port;
 	char *path; /* canonical path, for decisions and the audit log */
-	bool head_req, req_close, upgrade;
+	bool head_req, req_close, upgrade, http10;
 	enum gw_http_body req_body;
 	uint64_t req_left;
 	struct gw_chunked req_ch;
@@ -142,7 +142,9 @@ struct conn {
 	uint64_t resp_left;
 	struct gw_chunked resp_ch;
 	struct gw_redactor *red;
-	bool rechunk, close_after;
+	bool rechunk, unframed, close_after;
+	bool reused;               /* this exchange went on a kept-alive upstream connection */
+	struct evbuffer *retry;    /* its head, to resend once on a fresh connection */
 	int status;
 
 	/* For the audit line. */
@@ -384,7 +386,7 @@ static void reset_request(struct conn *c)
 	c->path = NULL;
 	c->method[0] = c->host[0] = c->rule[0] = c->reason[0] = '\0';
 	c->port = 0;
-	c->head_req = c->req_close = c->upgrade = false;
+	c->head_req = c->req_close = c->upgrade = c->http10 = false;
 	c->req_body = GW_BODY_NONE;
 	c->req_left = 0;
 	memset(&c->req_ch, 0, sizeof(c->req_ch));
@@ -397,7 +399,9 @@ static void reset_request(struct conn *c)
 		gw_redactor_free(c->red);
 		c->red = NULL;
 	}
-	c->rechunk = c->close_after = false;
+	c->rechunk = c->unframed = c->close_after = c->reused = false;
+	if (c->retry)
+		evbuffer_drain(c->retry, evbuffer_get_length(c->retry));
 	c->status = 0;
 	c->bytes_up = c->bytes_down = 0;
 	c->cred_name = NULL;
@@ -735,6 +739,12 @@ static void upstream_start(struct conn *c)
 	if (c->ubev && c->up_reusable && strcmp(c->up_host, c->host) == 0 &&
 	    c->up_port == c->port && c->up_tls == c->ctls) {
 		c->phase = P_FORWARD;
+		c->reused = true;
+		/* The upstream may have closed it just now: a request without
+		 * a body can go again on a fresh connection. */
+		if (c->req_done && (c->retry || (c->retry = evbuffer_new())))
+			evbuffer_add(c->retry, evbuffer_pullup(c->pending, -1),
+				     evbuffer_get_length(c->pending));
 		bufferevent_write_buffer(c->ubev, c->pending);
 		bufferevent_enable(c->ubev, EV_READ);
 		process_client(c);
@@ -822,6 +832,7 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 	c->req_body = req->body;
 	c->req_left = req->content_length;
 	c->upgrade = req->upgrade;
+	c->http10 = req->http10;
 
 	if (req->form == GW_FORM_AUTHORITY) {
 		/* CONNECT: only on the proxy, never inside a tunnel. */
@@ -1193,7 +1204,7 @@ static void write_response_head(struct conn *c, const struct gw_http_response *r
 			continue;
 		if (switching && (gw_span_eq_ci(f->name, "connection") || gw_span_eq_ci(f->name, "upgrade")))
 			continue;
-		if (c->rechunk && gw_span_eq_ci(f->name, "content-length"))
+		if ((c->rechunk || c->unframed) && gw_span_eq_ci(f->name, "content-length"))
 			continue;
 		evbuffer_add(out, f->name.p, f->name.len);
 		evbuffer_add(out, ": ", 2);
@@ -1219,9 +1230,7 @@ static void write_response_head(struct conn *c, const struct gw_http_response *r
 			}
 		evbuffer_add(out, "Connection: Upgrade\r\n", 21);
 	} else if (res->status >= 200) {
-		if (c->rechunk)
-			evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
-		else if (res->body == GW_BODY_CHUNKED)
+		if (c->rechunk || (res->body == GW_BODY_CHUNKED && !c->unframed))
 			evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
 		evbuffer_add_printf(out, "Connection: %s\r\n", c->close_after ? "close" : "keep-alive");
 	}
@@ -1307,9 +1316,16 @@ static void pump_response(struct conn *c)
 		c->resp_left = res->content_length;
 		c->close_after = res->connection_close || res->body == GW_BODY_CLOSE || c->req_close;
 		c->up_reusable = !res->connection_close && res->body != GW_BODY_CLOSE;
-		c->rechunk = c->red && res->body != GW_BODY_NONE;
-		if (c->rechunk && res->body == GW_BODY_CLOSE)
-			c->close_after = true;
+		/* A body being redacted may change length: chunked for HTTP/1.1
+		 * clients, up to the close for HTTP/1.0 ones. */
+		if (c->red && res->body != GW_BODY_NONE) {
+			if (c->http10)
+				c->unframed = c->close_after = true;
+			else
+				c->rechunk = true;
+			if (res->body == GW_BODY_CLOSE)
+				c->close_after = true;
+		}
 		write_response_head(c, res, p);
 		evbuffer_drain(in, res->head_len);
 		free(res);
@@ -1423,6 +1439,15 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 		close_when_flushed(c);
 		return;
 	}
+	if (c->phase == P_FORWARD && !c->resp_head_done && c->reused && c->retry &&
+	    evbuffer_get_length(c->retry) > 0 && evbuffer_get_length(bufferevent_get_input(bev)) == 0) {
+		bev_free(c->ubev);
+		c->ubev = NULL;
+		c->up_reusable = c->reused = false;
+		evbuffer_add_buffer(c->pending, c->retry);
+		upstream_start(c);
+		return;
+	}
 	if (c->phase == P_FORWARD && !c->resp_head_done) {
 		char why[512];
 		unsigned long e = ERR_peek_last_error();
@@ -1478,6 +1503,8 @@ static void conn_free(struct conn *c)
 		event_free(c->timer);
 	if (c->pending)
 		evbuffer_free(c->pending);
+	if (c->retry)
+		evbuffer_free(c->retry);
 	if (c->red)
 		gw_redactor_free(c->red);
 	free(c->path);
