@@ -84,8 +84,9 @@ int gw_parse_sockaddr(const char *s, struct sockaddr_storage *ss, socklen_t *len
 		host[rb - s - 1] = '\0';
 		colon = rb + 1;
 	} else {
-		colon = strrchr(s, ':');
-		if (!colon || (size_t)(colon - s) >= sizeof(host))
+		/* IPv6 only in brackets: "::1:443" reads two ways. */
+		colon = strchr(s, ':');
+		if (!colon || strchr(colon + 1, ':') || (size_t)(colon - s) >= sizeof(host))
 			return -EINVAL;
 		memcpy(host, s, (size_t)(colon - s));
 		host[colon - s] = '\0';
@@ -104,13 +105,13 @@ int gw_parse_sockaddr(const char *s, struct sockaddr_storage *ss, socklen_t *len
 		return -EINVAL;
 	struct sockaddr_in *in4 = (struct sockaddr_in *)ss;
 	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
-	if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+	if (s[0] != '[' && inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
 		in4->sin_family = AF_INET;
 		in4->sin_port = htons((uint16_t)port);
 		*len = sizeof(*in4);
 		return 0;
 	}
-	if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+	if (s[0] == '[' && inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
 		in6->sin6_family = AF_INET6;
 		in6->sin6_port = htons((uint16_t)port);
 		*len = sizeof(*in6);
@@ -499,7 +500,9 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 		if (!cfg->grants)
 			return al_error_set(err, -ENOMEM, "out of memory");
 		for (size_t i = 0; i < o->n_grants; i++) {
-			if (gw_github_grant_parse(o->grants[i], &cfg->grants[i]) < 0)
+			const char *g = o->grants[i];
+			if (strncmp(g, "github:", 7) != 0 ||
+			    gw_github_grant_parse(g + 7, &cfg->grants[i]) < 0)
 				return al_error_set(err, -EINVAL,
 						    "--grant %s: expected github:OWNER/REPO",
 						    o->grants[i]);

@@ -545,7 +545,8 @@ int gw_http_parse_response(const char *buf, size_t len, bool head_request,
  */
 enum {
 	CH_SIZE = 0,	 /* reading hex digits */
-	CH_EXT,		 /* after the digits, up to CR */
+	CH_EXT,		 /* after ';', up to CR */
+	CH_BWS,		 /* whitespace after the digits: only more of it, ';' or CR */
 	CH_SIZE_LF,	 /* CR seen */
 	CH_DATA,	 /* remaining bytes of data */
 	CH_DATA_CR,	 /* CRLF after the data */
@@ -581,17 +582,30 @@ int gw_chunked_feed(struct gw_chunked *c, const char *p, size_t n, size_t *ret_u
 			}
 			if (c->digits == 0)
 				return -1;
-			if (ch == '\r') {
+			if (ch == '\r')
 				c->state = CH_SIZE_LF;
-			} else if (ch == ';' || ch == ' ' || ch == '\t') {
+			else if (ch == ';')
 				c->state = CH_EXT;
-			} else {
+			else if (ch == ' ' || ch == '\t')
+				c->state = CH_BWS;
+			else
 				return -1;
-			}
 			c->line = c->digits + 1;
 			i++;
 			break;
 		}
+		case CH_BWS:
+			/* "5 5" must not be read as 5 here and 55 upstream. */
+			if (++c->line > GW_CHUNK_LINE_MAX)
+				return -1;
+			if (ch == '\r')
+				c->state = CH_SIZE_LF;
+			else if (ch == ';')
+				c->state = CH_EXT;
+			else if (ch != ' ' && ch != '\t')
+				return -1;
+			i++;
+			break;
 		case CH_EXT: {
 			unsigned char u = (unsigned char)ch;
 			if (++c->line > GW_CHUNK_LINE_MAX)
@@ -642,10 +656,11 @@ int gw_chunked_feed(struct gw_chunked *c, const char *p, size_t n, size_t *ret_u
 		case CH_TRAILER:
 			if (ch == '\r') {
 				c->state = CH_END_LF;
-			} else if (ch == ' ' || ch == '\t' || ch == '\n') {
-				return -1; /* obs-fold or bare LF */
+			} else if (!is_tchar(ch)) {
+				return -1; /* obs-fold, bare LF, not a field name */
 			} else {
 				c->state = CH_TRAILER_LINE;
+				c->colon = false;
 				if (++c->trailer > GW_CHUNK_TRAILER_MAX)
 					return -1;
 			}
@@ -655,10 +670,17 @@ int gw_chunked_feed(struct gw_chunked *c, const char *p, size_t n, size_t *ret_u
 			unsigned char u = (unsigned char)ch;
 			if (++c->trailer > GW_CHUNK_TRAILER_MAX)
 				return -1;
-			if (ch == '\r')
+			if (ch == '\r') {
+				if (!c->colon)
+					return -1; /* a trailer field is name ":" value */
 				c->state = CH_TRAILER_LF;
-			else if (u != '\t' && (u < 0x20 || u == 0x7f))
+			} else if (u != '\t' && (u < 0x20 || u == 0x7f)) {
 				return -1;
+			} else if (ch == ':') {
+				c->colon = true;
+			} else if (!c->colon && !is_tchar(ch)) {
+				return -1;
+			}
 			i++;
 			break;
 		}

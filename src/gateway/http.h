@@ -121,6 +121,7 @@ struct gw_chunked {
 	uint64_t total; /* data bytes so far */
 	size_t line;
 	size_t trailer;
+	bool colon; /* inside a trailer line: its colon was seen */
 };
 
 typedef int (*gw_chunk_data_fn)(const char *p, size_t n, void *ud);

@@ -387,7 +387,7 @@ int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
 		size_t n = 0;
 		while (s[n] >= '0' && s[n] <= '9' && n < 6)
 			port = port * 10 + (uint64_t)(s[n++] - '0');
-		if (n == 0 || port == 0 || port > 65535 || (s[n] && s[n] != '/'))
+		if (n == 0 || s[0] == '0' || port > 65535 || (s[n] && s[n] != '/'))
 			return al_error_set(err, -EINVAL, "--allow %s: expected a port from 1 to 65535",
 					    spec);
 		r.port = (uint16_t)port;

@@ -60,6 +60,11 @@ static int install_seccomp(void)
 	scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
 	if (!ctx)
 		return -ENOMEM;
+	/* Another ABI (x32, ia32) would pass every rule by other numbers. */
+	if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) < 0) {
+		seccomp_release(ctx);
+		return -EINVAL;
+	}
 	static const char *const denied[] = {
 		"execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev", "mount",
 		"umount2", "pivot_root", "chroot", "unshare", "setns", "bpf", "perf_event_open",
@@ -85,19 +90,26 @@ static int install_seccomp(void)
 	const uint64_t ns = CLONE_NEWNS | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |
 			    CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP;
 	for (uint64_t bit = 1; rc == 0 && bit; bit <<= 1)
-		if (ns & bit)
-			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-					      SCMP_A0(SCMP_CMP_MASKED_EQ, bit, bit));
+		if (ns & bit) {
+			struct scmp_arg_cmp a = { .arg = 0, .op = SCMP_CMP_MASKED_EQ, .datum_a = bit,
+						  .datum_b = bit };
+			rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1, &a);
+		}
 	if (rc == 0)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
 	/* Sockets: Unix, IPv4 and IPv6 only (no netlink, packet, vsock...). */
 	for (int fam = 0; rc == 0 && fam < 64; fam++)
-		if (fam != AF_UNIX && fam != AF_INET && fam != AF_INET6)
-			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
-					      SCMP_A0(SCMP_CMP_EQ, (uint64_t)fam));
-	if (rc == 0)
-		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
-				      SCMP_A0(SCMP_CMP_GE, 64));
+		if (fam != AF_UNIX && fam != AF_INET && fam != AF_INET6) {
+			struct scmp_arg_cmp a = { .arg = 0, .op = SCMP_CMP_EQ,
+						  .datum_a = (uint64_t)fam, .datum_b = 0 };
+			rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT),
+						    SCMP_SYS(socket), 1, &a);
+		}
+	if (rc == 0) {
+		struct scmp_arg_cmp a = { .arg = 0, .op = SCMP_CMP_GE, .datum_a = 64, .datum_b = 0 };
+		rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
+					    &a);
+	}
 	if (rc == 0)
 		rc = seccomp_load(ctx);
 	seccomp_release(ctx);

@@ -671,16 +671,735 @@ static void test_span_eq_ci(void **state)
 	assert_false(gw_span_eq_ci((struct gw_span){ "[", 1 }, "{"));
 }
 
+/* ---- response heads ---- */
+
+/* Parses a response from an exact-size copy (a sanitized build sees any
+ * read past the end); *ret untouched on failure; spans rebased onto s. */
+static int parse_res_len(const char *s, size_t len, bool head, struct gw_http_response *ret)
+{
+	static struct gw_http_response sentinel;
+	_cleanup_free_ char *exact = malloc(len ? len : 1);
+	assert_non_null(exact);
+	if (len > 0)
+		memcpy(exact, s, len);
+	memset(&sentinel, 0xa5, sizeof(sentinel));
+	memcpy(ret, &sentinel, sizeof(*ret));
+	int r = gw_http_parse_response(exact, len, head, ret);
+	if (r != 1) {
+		assert_memory_equal(ret, &sentinel, sizeof(*ret));
+		return r;
+	}
+	for (size_t i = 0; i < ret->n_fields; i++) {
+		ret->fields[i].name.p = s + (ret->fields[i].name.p - exact);
+		if (ret->fields[i].value.p)
+			ret->fields[i].value.p = s + (ret->fields[i].value.p - exact);
+	}
+	return r;
+}
+
+/* Accepted whole, every strict prefix needs more, and bytes after the head
+ * change nothing. */
+static void res_ok_len(const char *s, size_t len, bool head, struct gw_http_response *res)
+{
+	struct gw_http_response tmp;
+	for (size_t k = 0; k < len; k++) {
+		int r = parse_res_len(s, k, head, &tmp);
+		if (r != 0)
+			print_error("prefix %zu of \"%.*s\": got %d, want 0\n", k, (int)len, s, r);
+		assert_int_equal(r, 0);
+	}
+	int r = parse_res_len(s, len, head, res);
+	if (r != 1)
+		print_error("response \"%.*s\": got %d, want 1\n", (int)len, s, r);
+	assert_int_equal(r, 1);
+	assert_int_equal(res->head_len, len);
+
+	_cleanup_free_ char *more = malloc(len + 12);
+	assert_non_null(more);
+	memcpy(more, s, len);
+	memcpy(more + len, "0\r\n\r\nHTTP/1.", 12);
+	assert_int_equal(parse_res_len(more, len + 12, head, &tmp), 1);
+	assert_int_equal(tmp.head_len, len);
+	assert_int_equal(tmp.status, res->status);
+	assert_int_equal(tmp.body, res->body);
+	assert_true(tmp.content_length == res->content_length);
+	assert_int_equal(tmp.n_fields, res->n_fields);
+}
+
+static void res_ok(const char *s, bool head, struct gw_http_response *res)
+{
+	res_ok_len(s, strlen(s), head, res);
+}
+
+/* Refused, for GET and HEAD alike, and still refused with more bytes. */
+static void res_bad_len(const char *s, size_t len)
+{
+	struct gw_http_response tmp;
+	for (int head = 0; head <= 1; head++) {
+		int r = parse_res_len(s, len, head, &tmp);
+		if (r != -400)
+			print_error("response \"%.*s\" (head %d): got %d, want -400\n", (int)len, s,
+				    head, r);
+		assert_int_equal(r, -400);
+		_cleanup_free_ char *more = malloc(len + 4);
+		assert_non_null(more);
+		memcpy(more, s, len);
+		memcpy(more + len, "\r\n\r\n", 4);
+		assert_int_equal(parse_res_len(more, len + 4, head, &tmp), -400);
+	}
+}
+
+static void res_bad(const char *s)
+{
+	res_bad_len(s, strlen(s));
+}
+
+static void test_response_framing(void **state)
+{
+	struct gw_http_response res;
+	res_ok("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX: y\r\n\r\n", false, &res);
+	assert_int_equal(res.status, 200);
+	assert_int_equal(res.minor, 1);
+	assert_int_equal(res.body, GW_BODY_LENGTH);
+	assert_int_equal(res.content_length, 5);
+	assert_false(res.connection_close);
+	assert_int_equal(res.n_fields, 2);
+	span_is(res.fields[0].name, "Content-Length");
+	span_is(res.fields[0].value, "5");
+	span_is(res.fields[1].value, "y");
+
+	res_ok("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n", false, &res);
+	assert_int_equal(res.body, GW_BODY_LENGTH);
+	assert_int_equal(res.content_length, 0);
+	res_ok("HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551615\r\n\r\n", false, &res);
+	assert_true(res.content_length == UINT64_MAX);
+
+	res_ok("HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n", false, &res);
+	assert_int_equal(res.status, 201);
+	assert_int_equal(res.body, GW_BODY_CHUNKED);
+	res_ok("HTTP/1.1 200 OK\r\ntransfer-encoding:\tChunked \r\n\r\n", false, &res);
+	assert_int_equal(res.body, GW_BODY_CHUNKED);
+
+	/* Neither: the body runs until the connection closes. */
+	res_ok("HTTP/1.1 200 OK\r\nX: y\r\n\r\n", false, &res);
+	assert_int_equal(res.body, GW_BODY_CLOSE);
+	res_ok("HTTP/1.1 200 OK\r\n\r\n", false, &res);
+	assert_int_equal(res.body, GW_BODY_CLOSE);
+	assert_int_equal(res.n_fields, 0);
+	/* No reason phrase, an empty one, one with tabs and obs-text. */
+	res_ok("HTTP/1.1 200\r\nContent-Length: 1\r\n\r\n", false, &res);
+	assert_int_equal(res.status, 200);
+	res_ok("HTTP/1.1 404 \r\nContent-Length: 1\r\n\r\n", false, &res);
+	assert_int_equal(res.status, 404);
+	res_ok("HTTP/1.1 200 tr\xc3\xa8s\tbien\r\nContent-Length: 1\r\n\r\n", false, &res);
+	/* Field values may carry obs-text (filenames). */
+	res_ok("HTTP/1.1 200 OK\r\nContent-Disposition: attachment; filename=\"caf\xc3\xa9\"\r\n"
+	       "Content-Length: 1\r\n\r\n",
+	       false, &res);
+	assert_int_equal(res.body, GW_BODY_LENGTH);
+
+	/* HTTP/1.0: no persistent connection, length or close-delimited. */
+	res_ok("HTTP/1.0 200 OK\r\n\r\n", false, &res);
+	assert_int_equal(res.minor, 0);
+	assert_true(res.connection_close);
+	assert_int_equal(res.body, GW_BODY_CLOSE);
+	res_ok("HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n", false, &res);
+	assert_true(res.connection_close);
+	assert_int_equal(res.body, GW_BODY_LENGTH);
+	assert_int_equal(res.content_length, 3);
+}
+
+static void test_response_no_body(void **state)
+{
+	struct gw_http_response res;
+	/* 1xx, 204, 304 and any answer to HEAD have no body, whatever the
+	 * fields say. */
+	static const char *const none[] = {
+		"HTTP/1.1 100 Continue\r\n\r\n",
+		"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+		"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
+		"HTTP/1.1 199 x\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\nContent-Length: 10\r\n\r\n",
+		"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n",
+		"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"HTTP/1.1 100 Continue\r\nTransfer-Encoding: chunked\r\n\r\n",
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(none); i++) {
+		res_ok(none[i], false, &res);
+		assert_int_equal(res.body, GW_BODY_NONE);
+		res_ok(none[i], true, &res);
+		assert_int_equal(res.body, GW_BODY_NONE);
+	}
+	static const char *const head[] = {
+		"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"HTTP/1.1 200 OK\r\n\r\n",
+		"HTTP/1.0 200 OK\r\n\r\n",
+		"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\n",
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(head); i++) {
+		res_ok(head[i], true, &res);
+		assert_int_equal(res.body, GW_BODY_NONE);
+		res_ok(head[i], false, &res);
+		assert_int_not_equal(res.body, GW_BODY_NONE);
+	}
+	/* Neighbours of the bodiless codes have bodies. */
+	res_ok("HTTP/1.1 200 OK\r\n\r\n", false, &res);
+	assert_int_equal(res.body, GW_BODY_CLOSE);
+	res_ok("HTTP/1.1 205 Reset Content\r\nContent-Length: 0\r\n\r\n", false, &res);
+	assert_int_equal(res.body, GW_BODY_LENGTH);
+	res_ok("HTTP/1.1 305 x\r\nContent-Length: 2\r\n\r\n", false, &res);
+	assert_int_equal(res.body, GW_BODY_LENGTH);
+	res_ok("HTTP/1.1 203 x\r\nTransfer-Encoding: chunked\r\n\r\n", false, &res);
+	assert_int_equal(res.body, GW_BODY_CHUNKED);
+}
+
+static void test_response_connection(void **state)
+{
+	struct gw_http_response res;
+	res_ok("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", false, &res);
+	assert_true(res.connection_close);
+	res_ok("HTTP/1.1 200 OK\r\nConnection: keep-alive, CLOSE\r\n\r\n", false, &res);
+	assert_true(res.connection_close);
+	res_ok("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n", false,
+	       &res);
+	assert_true(res.connection_close);
+	res_ok("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n\r\n", false, &res);
+	assert_false(res.connection_close);
+	res_ok("HTTP/1.1 200 OK\r\nConnection: closed\r\n\r\n", false, &res);
+	assert_false(res.connection_close);
+	res_ok("HTTP/1.1 200 OK\r\nX-Connection: close\r\n\r\n", false, &res);
+	assert_false(res.connection_close);
+	res_ok("HTTP/1.0 204 No Content\r\nConnection: keep-alive\r\n\r\n", false, &res);
+	assert_true(res.connection_close);
+	res_bad("HTTP/1.1 200 OK\r\nConnection: close;x\r\n\r\n");
+	res_bad("HTTP/1.1 200 OK\r\nConnection: \"close\"\r\n\r\n");
+}
+
+static void test_response_refusals(void **state)
+{
+	static const char *const refused[] = {
+		/* Both framings, in either order, whatever the status. */
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n",
+		/* Two lengths, even equal ones. */
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\ncontent-length: 6\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
+		/* Lengths that are not 1*DIGIT. */
+		"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 05\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 0x5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551616\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length : 5\r\n\r\n",
+		/* Transfer codings other than one "chunked". */
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: \r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: xchunked\r\n\r\n",
+		/* Transfer-Encoding on HTTP/1.0. */
+		"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"HTTP/1.0 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n",
+		/* obs-fold, whitespace before the first field. */
+		"HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\tContent-Length: 6\r\n\r\n",
+		"HTTP/1.1 200 OK\r\n Content-Length: 5\r\n\r\n",
+		/* Bare LF or CR anywhere. */
+		"HTTP/1.1 200 OK\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\n",
+		"HTTP/1.1 200 OK\r\nX: a\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX: a\rContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 200 OK\rX: a\r\n\r\n",
+		"HTTP/1.1 200 OK\r\n\r\r",
+		"HTTP/1.1 200 OK\r\nX\r\n\r\n",
+		/* Status lines. */
+		"HTTP/1.1 099 Too Low\r\n\r\n",
+		"HTTP/1.1 000 Zero\r\n\r\n",
+		"HTTP/1.1 20 OK\r\n\r\n",
+		"HTTP/1.1 2000 OK\r\n\r\n",
+		"HTTP/1.1 20x OK\r\n\r\n",
+		"HTTP/1.1 200OK\r\n\r\n",
+		"HTTP/1.1  200 OK\r\n\r\n",
+		"HTTP/1.1 200\tOK\r\n\r\n",
+		"HTTP/1.1 -20 OK\r\n\r\n",
+		"HTTP/1.2 200 OK\r\n\r\n",
+		"HTTP/2 200 OK\r\n\r\n",
+		"HTTP/2.0 200 OK\r\n\r\n",
+		"http/1.1 200 OK\r\n\r\n",
+		"HTTP/1.1\r\n\r\n",
+		" HTTP/1.1 200 OK\r\n\r\n",
+		"\r\nHTTP/1.1 200 OK\r\n\r\n",
+		"HTTP/1.1 200 O\x01K\r\n\r\n",
+		"HTTP/1.1 200 O\x7fK\r\n\r\n",
+		/* Field names and values. */
+		"HTTP/1.1 200 OK\r\n: x\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX Y: x\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX(: x\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX\x80: x\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX: a\x01\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX: a\x7f\r\n\r\n",
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(refused); i++)
+		res_bad(refused[i]);
+	static const char nul_status[] = "HTTP/1.1 200 O\0K\r\n\r\n";
+	res_bad_len(nul_status, sizeof(nul_status) - 1);
+	static const char nul_value[] = "HTTP/1.1 200 OK\r\nX: a\0b\r\n\r\n";
+	res_bad_len(nul_value, sizeof(nul_value) - 1);
+	static const char nul_te[] = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\0\r\n\r\n";
+	res_bad_len(nul_te, sizeof(nul_te) - 1);
+
+	/* Refused at the first bad byte, without waiting for the end. */
+	struct gw_http_response res;
+	assert_int_equal(parse_res_len("HTTP/1.1 200 OK\n", 16, false, &res), -400);
+	assert_int_equal(parse_res_len("HTTP/1.1 200 OK\r\nX: a\r\n b", 25, false, &res), -400);
+	assert_int_equal(parse_res_len("HTTP/1.1 200 OK\r\nX Y", 20, false, &res), -400);
+	/* ...but a CR at the end waits for its LF. */
+	assert_int_equal(parse_res_len("HTTP/1.1 200 OK\r", 16, false, &res), 0);
+	assert_int_equal(parse_res_len("HTTP/1.1 200 OK\r\nX: a\r", 22, false, &res), 0);
+	assert_int_equal(parse_res_len("HTTP/1.1 200 OK\r\n\r", 18, false, &res), 0);
+	assert_int_equal(parse_res_len("", 0, false, &res), 0);
+	assert_int_equal(gw_http_parse_response(NULL, 0, false, &res), 0);
+}
+
+static void test_response_limits(void **state)
+{
+	struct gw_http_response res;
+	/* A status line at the limit, then past it. */
+	_cleanup_free_ char *line = malloc(GW_HTTP_LINE_MAX + 8);
+	assert_non_null(line);
+	memcpy(line, "HTTP/1.1 200 ", 13);
+	memset(line + 13, 'r', GW_HTTP_LINE_MAX - 13);
+	memcpy(line + GW_HTTP_LINE_MAX, "\r\n\r\n", 4);
+	assert_int_equal(parse_res_len(line, GW_HTTP_LINE_MAX + 4, false, &res), 1);
+	assert_int_equal(parse_res_len(line, GW_HTTP_LINE_MAX, false, &res), 0);
+	line[GW_HTTP_LINE_MAX] = 'r';
+	assert_int_equal(parse_res_len(line, GW_HTTP_LINE_MAX + 1, false, &res), -400);
+	assert_int_equal(parse_res_len(line, GW_HTTP_LINE_MAX + 4, false, &res), -400);
+
+	/* A head of exactly GW_HTTP_HEAD_MAX bytes, then one byte more. */
+	static const char start[] = "HTTP/1.1 200 OK\r\nX: ";
+	_cleanup_free_ char *big = malloc(GW_HTTP_HEAD_MAX + 1);
+	assert_non_null(big);
+	size_t fixed = sizeof(start) - 1 + 4;
+	memcpy(big, start, sizeof(start) - 1);
+	memset(big + sizeof(start) - 1, 'v', GW_HTTP_HEAD_MAX - fixed);
+	memcpy(big + GW_HTTP_HEAD_MAX - 4, "\r\n\r\n", 4);
+	assert_int_equal(parse_res_len(big, GW_HTTP_HEAD_MAX, false, &res), 1);
+	assert_int_equal(res.head_len, GW_HTTP_HEAD_MAX);
+	assert_int_equal(parse_res_len(big, GW_HTTP_HEAD_MAX - 1, false, &res), 0);
+	memset(big + sizeof(start) - 1, 'v', GW_HTTP_HEAD_MAX + 1 - fixed);
+	memcpy(big + GW_HTTP_HEAD_MAX + 1 - 4, "\r\n\r\n", 4);
+	assert_int_equal(parse_res_len(big, GW_HTTP_HEAD_MAX + 1, false, &res), -400);
+	assert_int_equal(parse_res_len(big, GW_HTTP_HEAD_MAX, false, &res), -400);
+
+	/* GW_HTTP_MAX_FIELDS fields, then one more. */
+	static const char field[] = "X: 1\r\n";
+	size_t cap = 17 + (GW_HTTP_MAX_FIELDS + 1) * 6 + 2;
+	_cleanup_free_ char *many = malloc(cap);
+	assert_non_null(many);
+	size_t k = 0;
+	memcpy(many, "HTTP/1.1 200 OK\r\n", 17);
+	k = 17;
+	for (size_t i = 0; i < GW_HTTP_MAX_FIELDS; i++, k += 6)
+		memcpy(many + k, field, 6);
+	memcpy(many + k, "\r\n", 2);
+	assert_int_equal(parse_res_len(many, k + 2, false, &res), 1);
+	assert_int_equal(res.n_fields, GW_HTTP_MAX_FIELDS);
+	memcpy(many + k, field, 6);
+	memcpy(many + k + 6, "\r\n", 2);
+	assert_int_equal(parse_res_len(many, k + 8, false, &res), -400);
+}
+
+/* ---- chunked bodies ---- */
+
+struct sink {
+	char data[64 * 1024];
+	size_t len;
+	size_t calls;
+	size_t fail_after; /* 0: never fail */
+};
+
+static int sink_fn(const char *p, size_t n, void *ud)
+{
+	struct sink *s = ud;
+	assert_true(n > 0);
+	if (s->fail_after && s->calls + 1 >= s->fail_after)
+		return -1;
+	s->calls++;
+	assert_true(s->len + n <= sizeof(s->data));
+	memcpy(s->data + s->len, p, n);
+	s->len += n;
+	return 0;
+}
+
+struct chunked_result {
+	int r;
+	size_t end; /* bytes of the input that belong to the body (r == 1) */
+	struct sink out;
+};
+
+/* Feeds s in pieces cut at cuts[] (ascending), each from an exact-size
+ * copy; stops at the end of the body or an error. */
+static void feed_cuts(const char *s, size_t len, const size_t *cuts, size_t n_cuts,
+		      struct chunked_result *res)
+{
+	struct gw_chunked c = { 0 };
+	memset(res, 0, sizeof(*res));
+	size_t off = 0;
+	for (size_t i = 0; i <= n_cuts; i++) {
+		size_t to = i < n_cuts ? cuts[i] : len;
+		assert_true(to >= off && to <= len);
+		size_t n = to - off;
+		_cleanup_free_ char *piece = malloc(n ? n : 1);
+		assert_non_null(piece);
+		memcpy(piece, s + off, n);
+		size_t used = (size_t)-1;
+		res->r = gw_chunked_feed(&c, piece, n, &used, sink_fn, &res->out);
+		if (res->r < 0)
+			return;
+		assert_true(used <= n);
+		if (res->r == 1) {
+			res->end = off + used;
+			/* Done stays done, and takes nothing more. */
+			used = (size_t)-1;
+			assert_int_equal(
+				gw_chunked_feed(&c, "0\r\n\r\n", 5, &used, sink_fn, &res->out), 1);
+			assert_int_equal(used, 0);
+			return;
+		}
+		assert_int_equal(used, n); /* all of it, until the end */
+		off = to;
+	}
+}
+
+static void feed_whole(const char *s, size_t len, struct chunked_result *res)
+{
+	feed_cuts(s, len, NULL, 0, res);
+}
+
+static void feed_bytes(const char *s, size_t len, struct chunked_result *res)
+{
+	size_t *cuts = calloc(len ? len : 1, sizeof(size_t));
+	assert_non_null(cuts);
+	for (size_t i = 0; i < len; i++)
+		cuts[i] = i;
+	feed_cuts(s, len, cuts, len, res);
+	free(cuts);
+}
+
+static void same_result(const struct chunked_result *a, const struct chunked_result *b)
+{
+	assert_int_equal(a->r, b->r);
+	assert_int_equal(a->end, b->end);
+	assert_int_equal(a->out.len, b->out.len);
+	assert_memory_equal(a->out.data, b->out.data, a->out.len);
+}
+
+static uint64_t rng_next(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* A body that ends (want_data) with tail_len bytes after it: the same end
+ * and data whole, byte by byte and in random pieces. */
+static void chunked_ok_len(const char *s, size_t len, const char *want_data, size_t want_len,
+			   size_t tail_len)
+{
+	struct chunked_result whole, other;
+	feed_whole(s, len, &whole);
+	if (whole.r != 1)
+		print_error("body \"%.*s\": got %d, want 1\n", (int)len, s, whole.r);
+	assert_int_equal(whole.r, 1);
+	assert_int_equal(whole.end, len - tail_len);
+	assert_int_equal(whole.out.len, want_len);
+	assert_memory_equal(whole.out.data, want_data, whole.out.len);
+
+	feed_bytes(s, len, &other);
+	same_result(&whole, &other);
+
+	uint64_t x = 0x9e3779b97f4a7c15ull ^ len;
+	size_t cuts[16];
+	for (int round = 0; round < 200; round++) {
+		size_t n = (size_t)(rng_next(&x) % 16);
+		for (size_t i = 0; i < n; i++)
+			cuts[i] = (size_t)(rng_next(&x) % (len + 1));
+		/* Sort (insertion). */
+		for (size_t i = 1; i < n; i++)
+			for (size_t j = i; j > 0 && cuts[j - 1] > cuts[j]; j--) {
+				size_t t = cuts[j];
+				cuts[j] = cuts[j - 1];
+				cuts[j - 1] = t;
+			}
+		feed_cuts(s, len, cuts, n, &other);
+		same_result(&whole, &other);
+	}
+
+	/* Every strict prefix of the body needs more. */
+	for (size_t k = 0; k < len - tail_len; k++) {
+		struct gw_chunked c = { 0 };
+		size_t used = (size_t)-1;
+		assert_int_equal(gw_chunked_feed(&c, s, k, &used, NULL, NULL), 0);
+		assert_int_equal(used, k);
+	}
+}
+
+static void chunked_ok(const char *s, const char *want_data, size_t tail_len)
+{
+	chunked_ok_len(s, strlen(s), want_data, strlen(want_data), tail_len);
+}
+
+/* Malformed: -1 whole and byte by byte, with the same data passed on
+ * before the bad byte. */
+static void chunked_bad_len(const char *s, size_t len)
+{
+	struct chunked_result whole, bytes;
+	feed_whole(s, len, &whole);
+	if (whole.r != -1)
+		print_error("body \"%.*s\": got %d, want -1\n", (int)len, s, whole.r);
+	assert_int_equal(whole.r, -1);
+	feed_bytes(s, len, &bytes);
+	assert_int_equal(bytes.r, -1);
+	assert_int_equal(bytes.out.len, whole.out.len);
+	assert_memory_equal(bytes.out.data, whole.out.data, whole.out.len);
+}
+
+static void chunked_bad(const char *s)
+{
+	chunked_bad_len(s, strlen(s));
+}
+
+static void test_chunked_good(void **state)
+{
+	chunked_ok("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", "hello world", 0);
+	/* Bytes after the end are not consumed. */
+	chunked_ok("5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n", "hello", 18);
+	chunked_ok("0\r\n\r\n", "", 0);
+	chunked_ok("0\r\n\r\n0\r\n\r\n", "", 5);
+	/* Hex in either case, leading zeros, up to 16 digits. */
+	chunked_ok("A\r\n0123456789\r\nb\r\nabcdefghijk\r\n0\r\n\r\n", "0123456789abcdefghijk", 0);
+	chunked_ok("0000000000000005\r\nhello\r\n0000000000000000\r\n\r\n", "hello", 0);
+	chunked_ok("1\r\n\r\r\n1\r\n\n\r\n0\r\n\r\n", "\r\n", 0);
+	/* Extensions, with or without values, quoted, after BWS. */
+	chunked_ok("5;a\r\nhello\r\n0;b=c\r\n\r\n", "hello", 0);
+	chunked_ok("5;a=b;c=\"d e;f\"\r\nhello\r\n0\r\n\r\n", "hello", 0);
+	chunked_ok("5 ;a=b\r\nhello\r\n0\t;x\r\n\r\n", "hello", 0);
+	chunked_ok("5;\xc3\xa9=\t1\r\nhello\r\n0\r\n\r\n", "hello", 0);
+	/* Trailers. */
+	chunked_ok("5\r\nhello\r\n0\r\nX-Sum: 1\r\nX-Other: a b\r\n\r\nrest", "hello", 4);
+	chunked_ok("0\r\nX: \r\n\r\n", "", 0);
+	/* Binary data, NUL included. */
+	static const char bin[] = "4\r\n\0\r\n\xff\r\n0\r\n\r\n";
+	chunked_ok_len(bin, sizeof(bin) - 1, "\0\r\n\xff", 4, 0);
+
+	/* No callback: framing only. */
+	struct gw_chunked c = { 0 };
+	size_t used = 0;
+	assert_int_equal(gw_chunked_feed(&c, "3\r\nabc\r\n0\r\n\r\nx", 14, &used, NULL, NULL), 1);
+	assert_int_equal(used, 13);
+	assert_int_equal(c.total, 3);
+	/* Nothing fed: more needed. */
+	struct gw_chunked e = { 0 };
+	used = 99;
+	assert_int_equal(gw_chunked_feed(&e, "", 0, &used, NULL, NULL), 0);
+	assert_int_equal(used, 0);
+	/* A huge chunk is fine until the data runs short. */
+	struct gw_chunked h = { 0 };
+	assert_int_equal(gw_chunked_feed(&h, "ffffffffffffffff\r\nabc", 21, &used, NULL, NULL), 0);
+	assert_int_equal(used, 21);
+}
+
+static void test_chunked_data_pieces(void **state)
+{
+	/* The data of a chunk split over feeds comes in order, nothing but data. */
+	static const char body[] = "a\r\n0123456789\r\n3;x=y\r\nabc\r\n0\r\nT: v\r\n\r\n";
+	struct chunked_result whole;
+	feed_whole(body, sizeof(body) - 1, &whole);
+	assert_int_equal(whole.r, 1);
+	assert_int_equal(whole.out.len, 13);
+	assert_memory_equal(whole.out.data, "0123456789abc", 13);
+	assert_int_equal(whole.out.calls, 2);
+
+	/* A callback failure stops at once. */
+	struct gw_chunked c = { 0 };
+	struct sink s = { .fail_after = 2 };
+	size_t used = 0;
+	assert_int_equal(gw_chunked_feed(&c, body, sizeof(body) - 1, &used, sink_fn, &s), -2);
+	assert_int_equal(s.len, 10);
+}
+
+static void test_chunked_refusals(void **state)
+{
+	static const char *const refused[] = {
+		/* Sizes. */
+		"\r\n",
+		"\r\nhello",
+		";a\r\n",
+		" 5\r\nhello\r\n0\r\n\r\n",
+		"+5\r\nhello\r\n0\r\n\r\n",
+		"-5\r\nhello\r\n0\r\n\r\n",
+		"0x5\r\nhello\r\n0\r\n\r\n",
+		"g\r\n",
+		"5g\r\nhello\r\n0\r\n\r\n",
+		/* Junk after whitespace: "5 5" would be 5 here and 55 elsewhere. */
+		"5 5\r\nhello\r\n0\r\n\r\n",
+		"1 0\r\nh\r\n0\r\n\r\n",
+		"5 x\r\nhello\r\n0\r\n\r\n",
+		/* A trailer line without a colon, or not starting with a name. */
+		"0\r\nX-Trailer\r\n\r\n",
+		"0\r\n:x\r\n\r\n",
+		/* 17 digits: overflow, even when the value would fit. */
+		"10000000000000000\r\n",
+		"00000000000000005\r\nhello\r\n0\r\n\r\n",
+		"fffffffffffffffff\r\n",
+		/* Bare LF, bare CR. */
+		"5\nhello\r\n0\r\n\r\n",
+		"5\rhello\r\n0\r\n\r\n",
+		"5;a\nhello\r\n0\r\n\r\n",
+		"5;a\rb\r\nhello\r\n0\r\n\r\n",
+		"5\r\nhello\n0\r\n\r\n",
+		"5\r\nhello\r0\r\n\r\n",
+		"0\n\r\n",
+		"0\r\n\n",
+		"0\r\n\r\r",
+		"0\r\nX: y\n\r\n",
+		"0\r\nX: y\rz\r\n\r\n",
+		"0\r\nX: y\r\n\n",
+		/* The data is not followed by CRLF: too long, too short. */
+		"5\r\nhelloX\r\n0\r\n\r\n",
+		"5\r\nhello world\r\n0\r\n\r\n",
+		"5\r\nhell\r\n0\r\n\r\n0\r\n\r\n",
+		/* Control bytes in extensions and trailers, obs-fold in trailers. */
+		"5;a=\x01\r\nhello\r\n0\r\n\r\n",
+		"5;a=\x7f\r\nhello\r\n0\r\n\r\n",
+		"0\r\nX: \x01\r\n\r\n",
+		"0\r\nX: a\r\n b\r\n\r\n",
+		"0\r\n X: a\r\n\r\n",
+		"0\r\n\tX: a\r\n\r\n",
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(refused); i++)
+		chunked_bad(refused[i]);
+	static const char nul_size[] = "5\0\r\nhello\r\n0\r\n\r\n";
+	chunked_bad_len(nul_size, sizeof(nul_size) - 1);
+	static const char nul_ext[] = "5;\0\r\nhello\r\n0\r\n\r\n";
+	chunked_bad_len(nul_ext, sizeof(nul_ext) - 1);
+	static const char nul_trailer[] = "0\r\nX: \0\r\n\r\n";
+	chunked_bad_len(nul_trailer, sizeof(nul_trailer) - 1);
+
+	/* Refused data is still handed on up to the bad byte. */
+	struct chunked_result r;
+	feed_whole("5\r\nhelloX", 9, &r);
+	assert_int_equal(r.r, -1);
+	assert_int_equal(r.out.len, 5);
+}
+
+/* "5;xxx...\r\nhello\r\n0\r\n\r\n" with a size line (digits and extension,
+ * without CRLF) of line_len bytes. */
+static char *body_with_line(size_t line_len, size_t *ret_len)
+{
+	static const char rest[] = "\r\nhello\r\n0\r\n\r\n";
+	assert_true(line_len >= 2);
+	char *s = malloc(line_len + sizeof(rest));
+	assert_non_null(s);
+	memcpy(s, "5;", 2);
+	memset(s + 2, 'x', line_len - 2);
+	memcpy(s + line_len, rest, sizeof(rest));
+	*ret_len = line_len + sizeof(rest) - 1;
+	return s;
+}
+
+/* "0\r\n" and trailer lines of line_len bytes each (CRLF not counted) up to
+ * total bytes of lines, then the empty line. */
+static char *body_with_trailers(size_t n_lines, size_t line_len, size_t *ret_len)
+{
+	size_t len = 3 + n_lines * (line_len + 2) + 2;
+	char *s = malloc(len);
+	assert_non_null(s);
+	memcpy(s, "0\r\n", 3);
+	size_t k = 3;
+	for (size_t i = 0; i < n_lines; i++) {
+		memcpy(s + k, "X:", 2);
+		memset(s + k + 2, 'v', line_len - 2);
+		memcpy(s + k + line_len, "\r\n", 2);
+		k += line_len + 2;
+	}
+	memcpy(s + k, "\r\n", 2);
+	*ret_len = len;
+	return s;
+}
+
+static void test_chunked_limits(void **state)
+{
+	size_t len;
+	/* A size line with its extensions: GW_CHUNK_LINE_MAX bytes with the
+	 * CRLF are fine, a line longer than GW_CHUNK_LINE_MAX is not. */
+	_cleanup_free_ char *at = body_with_line(GW_CHUNK_LINE_MAX - 2, &len);
+	chunked_ok_len(at, len, "hello", 5, 0);
+	_cleanup_free_ char *past = body_with_line(GW_CHUNK_LINE_MAX + 1, &len);
+	chunked_bad_len(past, len);
+	/* Refused once the line is too long, without waiting for its end. */
+	struct gw_chunked c = { 0 };
+	size_t used;
+	assert_int_equal(gw_chunked_feed(&c, past, GW_CHUNK_LINE_MAX + 1, &used, NULL, NULL), -1);
+	/* An extension that never ends. */
+	_cleanup_free_ char *endless = body_with_line(4 * GW_CHUNK_LINE_MAX, &len);
+	struct gw_chunked c2 = { 0 };
+	assert_int_equal(gw_chunked_feed(&c2, endless, 4 * GW_CHUNK_LINE_MAX, &used, NULL, NULL),
+			 -1);
+
+	/* Trailers: well below the limit in one line or many; above it in one
+	 * line or summed over many. */
+	_cleanup_free_ char *t1 = body_with_trailers(1, GW_CHUNK_TRAILER_MAX - 16, &len);
+	chunked_ok_len(t1, len, "", 0, 0);
+	_cleanup_free_ char *t2 = body_with_trailers(8, GW_CHUNK_TRAILER_MAX / 8 - 16, &len);
+	chunked_ok_len(t2, len, "", 0, 0);
+	_cleanup_free_ char *t3 = body_with_trailers(1, GW_CHUNK_TRAILER_MAX + 1, &len);
+	chunked_bad_len(t3, len);
+	_cleanup_free_ char *t4 = body_with_trailers(4, GW_CHUNK_TRAILER_MAX / 3, &len);
+	chunked_bad_len(t4, len);
+	/* Many short lines count too. */
+	_cleanup_free_ char *t5 = body_with_trailers(GW_CHUNK_TRAILER_MAX / 3, 3, &len);
+	chunked_bad_len(t5, len);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_get),	     cmocka_unit_test(test_post_length),
-		cmocka_unit_test(test_post_chunked), cmocka_unit_test(test_connect),
-		cmocka_unit_test(test_absolute),     cmocka_unit_test(test_connection),
-		cmocka_unit_test(test_refusals),     cmocka_unit_test(test_smuggling),
-		cmocka_unit_test(test_line_limit),   cmocka_unit_test(test_head_limit),
-		cmocka_unit_test(test_field_limit),  cmocka_unit_test(test_incremental),
+		cmocka_unit_test(test_get),
+		cmocka_unit_test(test_post_length),
+		cmocka_unit_test(test_post_chunked),
+		cmocka_unit_test(test_connect),
+		cmocka_unit_test(test_absolute),
+		cmocka_unit_test(test_connection),
+		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_smuggling),
+		cmocka_unit_test(test_line_limit),
+		cmocka_unit_test(test_head_limit),
+		cmocka_unit_test(test_field_limit),
+		cmocka_unit_test(test_incremental),
 		cmocka_unit_test(test_span_eq_ci),
+		cmocka_unit_test(test_response_framing),
+		cmocka_unit_test(test_response_no_body),
+		cmocka_unit_test(test_response_connection),
+		cmocka_unit_test(test_response_refusals),
+		cmocka_unit_test(test_response_limits),
+		cmocka_unit_test(test_chunked_good),
+		cmocka_unit_test(test_chunked_data_pieces),
+		cmocka_unit_test(test_chunked_refusals),
+		cmocka_unit_test(test_chunked_limits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
