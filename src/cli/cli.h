@@ -6,5 +6,45 @@
 #define EXIT_TIMED_OUT 124
 #define EXIT_OOM 137
 
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gateway/gateway.h"
+
+#define CLI_GW_MAX_LIST 256 /* each of --allow, --grant, --upstream, --upstream-ca */
+
+/* The gateway's options, as `sandbox run|create` and `gateway` take them. */
+struct cli_gw_opts {
+	const char *policy;
+	const char *vault;
+	char *allow[CLI_GW_MAX_LIST];
+	size_t n_allow;
+	char *grants[CLI_GW_MAX_LIST];
+	size_t n_grants;
+	char *upstreams[CLI_GW_MAX_LIST];
+	size_t n_upstreams;
+	char *upstream_cas[CLI_GW_MAX_LIST];
+	size_t n_upstream_cas;
+	bool any; /* one of them was given */
+};
+
+/* Long option names the gateway's options share (getopt values). */
+enum {
+	OPT_GW_ALLOW = 1024,
+	OPT_GW_POLICY,
+	OPT_GW_GRANT,
+	OPT_GW_UPSTREAM,
+	OPT_GW_UPSTREAM_CA,
+	OPT_GW_VAULT,
+};
+
+/* Takes one of the OPT_GW_ options; 0, or an exit status after a message. */
+int cli_gw_option(struct cli_gw_opts *g, int opt, char *arg);
+void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *label,
+		 struct gw_options *ret);
+/* Opens a file to append audit lines to (0600 when created). */
+int cli_open_audit(const char *path, bool nofollow);
+
 int cmd_sandbox(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_gateway(int argc, char **argv);

@@ -16,6 +16,9 @@ static void usage(FILE *f)
 	      "\n"
 	      "commands:\n"
 	      "  sandbox run|create|exec|list|destroy|gc   Linux sandboxes (see `airlock sandbox --help`)\n"
+	      "  sandbox audit ID                          a sandbox's gateway audit log\n"
+	      "  gateway --listen ADDR:PORT [OPTIONS]      the egress gateway as a standalone HTTP proxy\n"
+	      "                                            (see `airlock gateway --help`)\n"
 	      "  doctor                                    kernel features present or missing\n"
 	      "  version                                   print the version\n"
 	      "\n"
@@ -60,6 +63,8 @@ int main(int argc, char **argv)
 	const char *cmd = argv[1];
 	if (strcmp(cmd, "sandbox") == 0)
 		return cmd_sandbox(argc - 1, argv + 1);
+	if (strcmp(cmd, "gateway") == 0)
+		return cmd_gateway(argc - 1, argv + 1);
 	if (strcmp(cmd, "doctor") == 0)
 		return cmd_doctor(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

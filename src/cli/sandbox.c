@@ -1,17 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* `airlock sandbox ...` and `airlock doctor`. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/cleanup.h"
+#include "common/fdutil.h"
 #include "common/log.h"
 #include "common/parse.h"
 #include "sandbox/sandbox.h"
@@ -27,14 +30,27 @@ static const char sandbox_usage[] =
 	"                       ID -- CMD [ARG...]\n"
 	"  airlock sandbox list\n"
 	"  airlock sandbox destroy ID\n"
+	"  airlock sandbox audit ID                            print its gateway's audit log\n"
 	"  airlock sandbox gc                                  remove what crashes left behind\n"
 	"\n"
 	"options:\n"
 	"  --workspace DIR        shown as /workspace (default: a fresh empty directory)\n"
 	"  --image host|DIR       root filesystem (default host: the host's /usr, /etc, ...\n"
 	"                         read-only under a writable overlay)\n"
-	"  --network none         no network but loopback (restricted and open need the gateway)\n"
-	"  --env K=V              environment for every command (repeatable)\n"
+	"  --network MODE         none: loopback only (default without the options below);\n"
+	"                         restricted: out through the egress gateway, as the policy\n"
+	"                         allows (default with them); open: any public host\n"
+	"  --allow RULE           HOST[:PORT][/PATH-PREFIX] the sandbox may reach (repeatable)\n"
+	"  --policy FILE          the network policy\n"
+	"  --grant G              github:OWNER/REPO the vault's GitHub credential may reach\n"
+	"                         (repeatable)\n"
+	"  --upstream H:P=A:P     the gateway connects to A:P for H:P (repeatable)\n"
+	"  --upstream-ca FILE     the gateway also trusts these CAs (PEM) upstream (repeatable)\n"
+	"  --vault FILE           credentials the gateway injects (never seen inside)\n"
+	"  --audit FILE           (run) append the gateway's audit log to FILE (default: the\n"
+	"                         sandbox's own, gone with it; `sandbox audit ID` for create)\n"
+	"  --env K=V              environment for every command (repeatable); with a network,\n"
+	"                         the gateway's variables (proxies, CA bundles) cannot be set\n"
 	"  --memory SIZE          memory limit, e.g. 512M, 2G (default 4G; 0 = none)\n"
 	"  --pids N               process limit (default 4096; 0 = none)\n"
 	"  --cpus F               CPU limit in cores, e.g. 1.5 (default none)\n"
@@ -56,6 +72,7 @@ enum {
 	OPT_OUTPUT_LIMIT,
 	OPT_HOSTNAME,
 	OPT_CWD,
+	OPT_AUDIT,
 	OPT_HELP,
 };
 
@@ -64,6 +81,9 @@ struct options {
 	struct sbx_exec_opts exec;
 	char *env[SBX_MAX_ENV];
 	size_t n_env;
+	bool network_given;
+	struct cli_gw_opts gw;
+	const char *audit;
 };
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -78,7 +98,8 @@ static int fail(const char *fmt, ...)
 	return EXIT_AIRLOCK_ERROR;
 }
 
-/* Parses options; which ones are allowed depends on the subcommand. */
+/* Parses options; which ones are allowed depends on the subcommand (run has
+ * both spec_opts and exec_opts). */
 static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 			 struct options *o, int *ret_optind)
 {
@@ -94,6 +115,13 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 		{ "output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT },
 		{ "hostname", required_argument, NULL, OPT_HOSTNAME },
 		{ "cwd", required_argument, NULL, OPT_CWD },
+		{ "audit", required_argument, NULL, OPT_AUDIT },
+		{ "allow", required_argument, NULL, OPT_GW_ALLOW },
+		{ "policy", required_argument, NULL, OPT_GW_POLICY },
+		{ "grant", required_argument, NULL, OPT_GW_GRANT },
+		{ "upstream", required_argument, NULL, OPT_GW_UPSTREAM },
+		{ "upstream-ca", required_argument, NULL, OPT_GW_UPSTREAM_CA },
+		{ "vault", required_argument, NULL, OPT_GW_VAULT },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -104,15 +132,32 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 	o->exec.stderr_fd = 2;
 	optind = 1;
 	opterr = 0;
-	int c;
+	int c, li = -1;
+	char optname[32];
 	/* "+": stop at the first non-option, so CMD's own options stay its own. */
-	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+", longopts, &li)) != -1) {
 		const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+		if (c != '?' && li >= 0) {
+			/* Not argv[optind - 1]: that is the value of "--opt VALUE". */
+			snprintf(optname, sizeof(optname), "--%s", longopts[li].name);
+			name = optname;
+		}
+		li = -1;
+		bool is_gw = c >= OPT_GW_ALLOW && c <= OPT_GW_VAULT;
 		bool is_spec = c == OPT_WORKSPACE || c == OPT_IMAGE || c == OPT_NETWORK ||
-			       c == OPT_MEMORY || c == OPT_PIDS || c == OPT_CPUS || c == OPT_HOSTNAME;
+			       c == OPT_MEMORY || c == OPT_PIDS || c == OPT_CPUS ||
+			       c == OPT_HOSTNAME || is_gw;
 		bool is_exec = c == OPT_TIMEOUT || c == OPT_OUTPUT_LIMIT || c == OPT_CWD;
-		if ((is_spec && !spec_opts) || (is_exec && !exec_opts))
+		bool is_run = c == OPT_AUDIT;
+		if ((is_spec && !spec_opts) || (is_exec && !exec_opts) ||
+		    (is_run && !(spec_opts && exec_opts)))
 			return fail("option %s does not apply here (see `airlock sandbox --help`)", name);
+		if (is_gw) {
+			int r = cli_gw_option(&o->gw, c, optarg);
+			if (r)
+				return r;
+			continue;
+		}
 		switch (c) {
 		case OPT_HELP:
 			fputs(sandbox_usage, stdout);
@@ -134,6 +179,12 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 				o->spec.network = SBX_NETWORK_OPEN;
 			else
 				return fail("--network wants none, restricted or open, not '%s'", optarg);
+			o->network_given = true;
+			break;
+		case OPT_AUDIT:
+			if (!*optarg)
+				return fail("--audit wants a file");
+			o->audit = optarg;
 			break;
 		case OPT_ENV: {
 			const char *eq = strchr(optarg, '=');
@@ -183,6 +234,14 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 		}
 	}
 	if (spec_opts) {
+		if (o->gw.any || o->audit) {
+			if (o->network_given && o->spec.network == SBX_NETWORK_NONE)
+				return fail("--network none leaves nothing for the gateway's options "
+					    "(--allow, --policy, --grant, --upstream, --upstream-ca, "
+					    "--vault, --audit) to do");
+			if (!o->network_given)
+				o->spec.network = SBX_NETWORK_RESTRICTED;
+		}
 		o->spec.env = o->env;
 		o->spec.n_env = o->n_env;
 	} else {
@@ -234,6 +293,133 @@ static char **command_argv(int argc, char **argv, int optind_, int skip)
 	return argv + i;
 }
 
+/* ---- the egress gateway of a sandbox with a network ---- */
+
+struct net {
+	struct gw_config *cfg;
+	struct gw_proc gp;
+	bool started;
+	char **gw_env;
+	size_t n_gw_env;
+	char **env; /* the user's --env, then the gateway's */
+	int audit_fd; /* run --audit FILE; else the sandbox's own, opened when it exists */
+	struct al_error *err; /* the sandbox call's: the gateway's reason is kept */
+};
+
+static void net_init(struct net *n, struct al_error *err)
+{
+	memset(n, 0, sizeof(*n));
+	n->audit_fd = -1;
+	n->err = err;
+}
+
+static size_t env_name_len(const char *kv)
+{
+	const char *eq = strchr(kv, '=');
+	return eq ? (size_t)(eq - kv) : strlen(kv);
+}
+
+static int net_ready(const struct sbx_net_fds *fds, const char *id, const char *dir,
+		     int init_pidfd, void *ud)
+{
+	struct net *n = ud;
+	_cleanup_close_ int own = -1;
+	int audit_fd = n->audit_fd;
+	if (audit_fd < 0) {
+		char path[4096];
+		if (snprintf(path, sizeof(path), "%s/audit.jsonl", dir) >= (int)sizeof(path))
+			return al_error_set(n->err, -ENAMETOOLONG, "state directory path too long");
+		/* The directory is root's alone; still, no link is followed. */
+		own = cli_open_audit(path, true);
+		if (own < 0)
+			return al_error_set_errno(n->err, own, "cannot open %s", path);
+		audit_fd = own;
+	}
+	struct gw_listeners l = {
+		.proxy = fds->proxy, .http = fds->http, .https = fds->https, .dns = fds->dns,
+	};
+	return gw_attach(&n->gp, id, &l, audit_fd, init_pidfd, n->err);
+}
+
+/* Builds the gateway's configuration and starts it; nothing to do without
+ * a network. Returns 0 or an exit status after a message. */
+static int net_setup(struct options *o, const char *audit, bool detach, struct net *n)
+{
+	if (o->spec.network == SBX_NETWORK_NONE)
+		return 0;
+	struct gw_options gopts;
+	cli_gw_fill(&o->gw, o->spec.network == SBX_NETWORK_OPEN ? GW_MODE_OPEN : GW_MODE_RESTRICTED,
+		    "sandbox", &gopts);
+	int r = gw_config_build(&gopts, &n->cfg, n->err);
+	if (r < 0)
+		return fail("%s", al_error_message(n->err));
+	r = gw_sandbox_env(n->cfg, SBX_TRUST_BUNDLE, SBX_CA_FILE, &n->gw_env, &n->n_gw_env);
+	if (r < 0)
+		return fail("cannot make the sandbox's environment: %s", strerror(-r));
+	/* The gateway's variables are not the user's to change silently. */
+	for (size_t i = 0; i < o->n_env; i++) {
+		size_t len = env_name_len(o->env[i]);
+		for (size_t j = 0; j < n->n_gw_env; j++) {
+			if (env_name_len(n->gw_env[j]) == len &&
+			    strncmp(o->env[i], n->gw_env[j], len) == 0)
+				return fail("--env %.*s: the gateway sets this variable in a sandbox "
+					    "with a network", (int)len, o->env[i]);
+		}
+	}
+	if (o->n_env + n->n_gw_env > SBX_MAX_ENV)
+		return fail("too many --env options with the gateway's variables (at most %d)",
+			    SBX_MAX_ENV);
+	n->env = calloc(o->n_env + n->n_gw_env + 1, sizeof(*n->env));
+	if (!n->env)
+		return fail("out of memory");
+	for (size_t i = 0; i < o->n_env; i++)
+		n->env[i] = o->env[i];
+	for (size_t j = 0; j < n->n_gw_env; j++)
+		n->env[o->n_env + j] = n->gw_env[j];
+	if (audit) {
+		n->audit_fd = cli_open_audit(audit, false);
+		if (n->audit_fd < 0)
+			return fail("cannot open %s: %s", audit, strerror(-n->audit_fd));
+	}
+	struct gw_start_opts so = {
+		.detach = detach,
+		.log_fd = detach ? -1 : 2,
+		.uid = 0,
+	};
+	r = gw_start(n->cfg, &so, &n->gp, n->err);
+	if (r < 0)
+		return fail("cannot start the egress gateway: %s", al_error_message(n->err));
+	n->started = true;
+	o->spec.env = n->env;
+	o->spec.n_env = o->n_env + n->n_gw_env;
+	o->spec.trust_pem = n->gp.ca_pem;
+	o->spec.trust_pem_len = n->gp.ca_pem_len;
+	o->spec.net_ready = net_ready;
+	o->spec.net_ready_ud = n;
+	return 0;
+}
+
+/* keep: the sandbox lives on, and its gateway with it (it leaves when the
+ * sandbox's init dies); otherwise the gateway is stopped. */
+static void net_done(struct net *n, bool keep)
+{
+	if (n->started) {
+		if (keep)
+			gw_release(&n->gp);
+		else
+			gw_stop(&n->gp);
+		n->started = false;
+	}
+	n->audit_fd = safe_close(n->audit_fd);
+	free(n->env);
+	n->env = NULL;
+	if (n->gw_env)
+		gw_env_free(n->gw_env, n->n_gw_env);
+	n->gw_env = NULL;
+	gw_config_free(n->cfg);
+	n->cfg = NULL;
+}
+
 static int do_run(int argc, char **argv)
 {
 	struct options o = { 0 };
@@ -249,7 +435,16 @@ static int do_run(int argc, char **argv)
 		return EXIT_AIRLOCK_ERROR;
 	struct sbx_result res;
 	struct al_error err = { 0 };
-	if (sbx_run(&set, &o.spec, cmd, &o.exec, &res, &err) < 0)
+	struct net n;
+	net_init(&n, &err);
+	r = net_setup(&o, o.audit, false, &n);
+	if (r) {
+		net_done(&n, false);
+		return r;
+	}
+	r = sbx_run(&set, &o.spec, cmd, &o.exec, &res, &err);
+	net_done(&n, false);
+	if (r < 0)
 		return fail("%s", al_error_message(&err));
 	return report(&res);
 }
@@ -268,7 +463,16 @@ static int do_create(int argc, char **argv)
 		return EXIT_AIRLOCK_ERROR;
 	char id[SBX_ID_LEN + 1];
 	struct al_error err = { 0 };
-	if (sbx_create(&set, &o.spec, id, &err) < 0)
+	struct net n;
+	net_init(&n, &err);
+	r = net_setup(&o, NULL, true, &n);
+	if (r) {
+		net_done(&n, false);
+		return r;
+	}
+	r = sbx_create(&set, &o.spec, id, &err);
+	net_done(&n, r >= 0);
+	if (r < 0)
 		return fail("%s", al_error_message(&err));
 	printf("%s\n", id);
 	return 0;
@@ -345,6 +549,52 @@ static int do_destroy(int argc, char **argv)
 	return 0;
 }
 
+/* Prints the audit log of a sandbox's gateway. */
+static int do_audit(int argc, char **argv)
+{
+	if (argc != 2)
+		return fail("usage: airlock sandbox audit ID");
+	const char *id = argv[1];
+	if (!sbx_id_valid(id))
+		return fail("'%s' is not a sandbox id", id);
+	struct sbx_settings set;
+	if (settings(&set))
+		return EXIT_AIRLOCK_ERROR;
+	char path[4096];
+	if (snprintf(path, sizeof(path), "%s/%s", set.state_dir, id) >= (int)sizeof(path))
+		return fail("state directory path too long");
+	_cleanup_close_ int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0) {
+		if (errno == ENOENT)
+			return fail("no sandbox %s", id);
+		return fail("cannot open sandbox %s: %s", id, strerror(errno));
+	}
+	_cleanup_close_ int fd = openat(dfd, "audit.jsonl",
+					O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return 0; /* nothing audited yet */
+		return fail("cannot open the audit log of sandbox %s: %s", id, strerror(errno));
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return fail("the audit log of sandbox %s is not a regular file", id);
+	char buf[65536];
+	for (;;) {
+		ssize_t k = read(fd, buf, sizeof(buf));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return fail("cannot read the audit log of sandbox %s: %s", id, strerror(errno));
+		if (k == 0)
+			break;
+		int w = write_full(1, buf, (size_t)k);
+		if (w < 0)
+			return fail("cannot write the audit log: %s", strerror(-w));
+	}
+	return 0;
+}
+
 static int do_gc(int argc, char **argv)
 {
 	if (argc > 1)
@@ -380,6 +630,8 @@ int cmd_sandbox(int argc, char **argv)
 		return do_destroy(argc - 1, argv + 1);
 	if (strcmp(sub, "gc") == 0)
 		return do_gc(argc - 1, argv + 1);
+	if (strcmp(sub, "audit") == 0)
+		return do_audit(argc - 1, argv + 1);
 	if (strcmp(sub, "--help") == 0 || strcmp(sub, "help") == 0 || strcmp(sub, "-h") == 0) {
 		fputs(sandbox_usage, stdout);
 		return 0;

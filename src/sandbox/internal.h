@@ -14,6 +14,8 @@
 #define SBX_PATH_MAX 4096
 #define SBX_STATE_FILE_MAX 16384
 #define SBX_CGROUP_CONTROLLERS 3 /* memory, pids, cpu */
+#define SBX_TRUST_PEM_MAX (1024 * 1024)        /* spec->trust_pem */
+#define SBX_HOST_BUNDLE_MAX (4 * 1024 * 1024)  /* the host's CA bundle, copied in */
 
 /* Where a sandbox lives on the host. */
 struct sbx_paths {

@@ -30,6 +30,8 @@
 #include <linux/capability.h>
 #include <linux/sched.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -258,6 +260,54 @@ static int loopback_up(void)
 	ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
 	if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
 		return -errno;
+	return 0;
+}
+
+/* The gateway's addresses inside (the same as gateway.h's, which the
+ * sandbox does not include). */
+#define NET_PROXY_ADDR "127.0.0.1"
+#define NET_PROXY_PORT 3128
+#define NET_TRANSPARENT_ADDR "127.0.0.2"
+#define NET_DNS_ADDR "127.0.0.1"
+#define NET_BACKLOG 1024
+
+static int inet_socket(int type, const char *addr, uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+		return -EINVAL;
+	int fd = socket(AF_INET, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    (type == SOCK_STREAM && listen(fd, NET_BACKLOG) < 0)) {
+		int r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+/*
+ * The gateway's listeners, made in the sandbox's network namespace (all of
+ * 127/8 is on lo). They hold the ports, so nothing inside can take them.
+ */
+static int make_listeners(struct sbx_net_fds *ret)
+{
+	struct sbx_net_fds l = { -1, -1, -1, -1 };
+	l.proxy = inet_socket(SOCK_STREAM, NET_PROXY_ADDR, NET_PROXY_PORT);
+	if (l.proxy >= 0)
+		l.http = inet_socket(SOCK_STREAM, NET_TRANSPARENT_ADDR, 80);
+	if (l.http >= 0)
+		l.https = inet_socket(SOCK_STREAM, NET_TRANSPARENT_ADDR, 443);
+	if (l.https >= 0)
+		l.dns = inet_socket(SOCK_DGRAM, NET_DNS_ADDR, 53);
+	if (l.dns < 0) {
+		int r = l.proxy < 0 ? l.proxy : l.http < 0 ? l.http : l.https < 0 ? l.https : l.dns;
+		sbx_net_fds_close(&l);
+		return r;
+	}
+	*ret = l;
 	return 0;
 }
 
@@ -511,11 +561,16 @@ static int validate_spec(const struct sbx_settings *set, const struct sbx_spec *
 	if (geteuid() != 0)
 		return al_error_set(err, -EPERM, "airlock sandbox needs root (it creates user "
 				    "namespaces with private uid ranges, overlays and cgroups)");
-	if (spec->network != SBX_NETWORK_NONE)
-		return al_error_set(err, -EOPNOTSUPP,
-				    "--network %s needs the egress gateway, which this build does "
-				    "not have yet; use --network none",
+	if (spec->network != SBX_NETWORK_NONE && spec->network != SBX_NETWORK_RESTRICTED &&
+	    spec->network != SBX_NETWORK_OPEN)
+		return al_error_set(err, -EINVAL, "unknown network mode");
+	if (spec->network != SBX_NETWORK_NONE && !spec->net_ready)
+		return al_error_set(err, -EINVAL,
+				    "--network %s needs the egress gateway to serve the sandbox's "
+				    "network, and none was started",
 				    spec->network == SBX_NETWORK_OPEN ? "open" : "restricted");
+	if (spec->trust_pem && spec->trust_pem_len > SBX_TRUST_PEM_MAX)
+		return al_error_set(err, -E2BIG, "the certificate to trust is too large");
 	if (spec->hostname) {
 		size_t n = strlen(spec->hostname);
 		bool ok = n > 0 && n <= SBX_HOSTNAME_MAX;
@@ -623,6 +678,19 @@ static void __attribute__((noreturn)) init_main(const struct init_args *a, int s
 	int r = loopback_up();
 	if (r < 0)
 		init_fail(st, r, "cannot bring up loopback");
+	if (a->spec->network != SBX_NETWORK_NONE) {
+		/* Made here, as host root in the new network namespace, and
+		 * handed to the supervisor at once: nothing of the sandbox's
+		 * ever holds them. */
+		struct sbx_net_fds l;
+		r = make_listeners(&l);
+		if (r < 0)
+			init_fail(st, r, "cannot create the gateway's listeners");
+		r = sbx_msg_send_listeners(st, &l);
+		sbx_net_fds_close(&l);
+		if (r < 0)
+			_exit(125);
+	}
 	/* Ports below 1024 for the sandbox's own servers. */
 	(void)write_file_at(AT_FDCWD, "/proc/sys/net/ipv4/ip_unprivileged_port_start", "0");
 	struct al_error e = { 0 };
@@ -730,6 +798,34 @@ static int recv_ready(int chan, struct al_error *err)
 	return 0;
 }
 
+/* The listeners a sandbox with a network sends before it is ready. */
+static int recv_listeners(int chan, struct sbx_net_fds *ret, struct al_error *err)
+{
+	struct sbx_msg m;
+	int r = sbx_msg_recv_listeners(chan, &m, ret);
+	if (r == -EBADMSG)
+		return al_error_set(err, r, "unexpected message from the sandbox");
+	if (r < 0)
+		return al_error_set(err, -EIO, "the sandbox died during setup");
+	if (m.kind == SBX_MSG_ERROR)
+		return al_error_set(err, m.value < 0 ? m.value : -EIO, "sandbox setup failed: %s",
+				    m.text);
+	if (m.kind != SBX_MSG_LISTENERS)
+		return al_error_set(err, -EBADMSG, "unexpected message from the sandbox");
+	return 0;
+}
+
+/* Hands the listeners to whoever serves them, then lets go of them. */
+static int serve_network(const struct sbx_spec *spec, struct sbx_net_fds *l,
+			 const struct sandbox *sb, struct al_error *err)
+{
+	int r = spec->net_ready(l, sb->id, sb->paths.dir, sb->init_pidfd, spec->net_ready_ud);
+	sbx_net_fds_close(l);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot connect the sandbox to its gateway");
+	return 0;
+}
+
 /* `run`: we are the init's parent and supervise its one command. */
 static int start_ephemeral(const struct init_args *a, struct sandbox *sb, struct al_error *err)
 {
@@ -754,6 +850,17 @@ static int start_ephemeral(const struct init_args *a, struct sandbox *sb, struct
 	close(go);
 	if (a->cmd)
 		sbx_stdio_close_child_ends(a->cmd->io);
+	if (a->spec->network != SBX_NETWORK_NONE) {
+		/* Attached while the init mounts: the gateway is serving by the
+		 * time the command starts. */
+		struct sbx_net_fds l;
+		r = recv_listeners(sb->status_fd, &l, err);
+		if (r < 0)
+			return r;
+		r = serve_network(a->spec, &l, sb, err);
+		if (r < 0)
+			return r;
+	}
 	r = recv_ready(sb->status_fd, err);
 	if (r < 0)
 		return r;
@@ -792,9 +899,10 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 	if (r < 0 || listen(lfd, 16) < 0)
 		return al_error_set_errno(err, -errno, "cannot listen on %s", path);
 
+	/* rep: keeper to creator; a socket, for the listeners' descriptors. */
 	int rep[2], kgo[2];
-	if (pipe2(rep, O_CLOEXEC) < 0)
-		return al_error_set_errno(err, -errno, "pipe");
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, rep) < 0)
+		return al_error_set_errno(err, -errno, "socketpair");
 	if (pipe2(kgo, O_CLOEXEC) < 0) {
 		r = -errno;
 		close(rep[0]);
@@ -841,6 +949,21 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 			_exit(125);
 		close(go);
 		struct al_error e = { 0 };
+		if (a->spec->network != SBX_NETWORK_NONE) {
+			/* Passed on to the creator; the keeper keeps no copy. */
+			struct sbx_net_fds l;
+			if (recv_listeners(chan, &l, &e) < 0) {
+				sbx_msg_send(rep[1], SBX_MSG_ERROR, e.code, al_error_message(&e));
+				kill(ipid, SIGKILL);
+				_exit(125);
+			}
+			int sr = sbx_msg_send_listeners(rep[1], &l);
+			sbx_net_fds_close(&l);
+			if (sr < 0) {
+				kill(ipid, SIGKILL);
+				_exit(125);
+			}
+		}
 		if (recv_ready(chan, &e) < 0) {
 			sbx_msg_send(rep[1], SBX_MSG_ERROR, e.code, al_error_message(&e));
 			kill(ipid, SIGKILL);
@@ -893,6 +1016,11 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 	if (r >= 0 && write(kgo[1], "g", 1) != 1)
 		r = -errno;
 	struct sbx_msg m;
+	_cleanup_(sbx_net_fds_close) struct sbx_net_fds l = { -1, -1, -1, -1 };
+	if (r >= 0 && a->spec->network != SBX_NETWORK_NONE)
+		r = recv_listeners(rep[0], &l, err);
+	else if (r < 0)
+		al_error_set_errno(err, r, "cannot place the sandbox in its cgroup");
 	if (r >= 0) {
 		r = sbx_msg_recv(rep[0], &m);
 		if (r < 0)
@@ -902,8 +1030,6 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 					 m.text);
 		else if (m.kind != SBX_MSG_STARTED)
 			r = al_error_set(err, -EBADMSG, "unexpected message from the keeper");
-	} else {
-		al_error_set_errno(err, r, "cannot place the sandbox in its cgroup");
 	}
 	close(rep[0]);
 	if (r < 0) {
@@ -927,6 +1053,14 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 	if (r < 0) {
 		close(kgo[1]);
 		return al_error_set_errno(err, r, "cannot record the sandbox's state");
+	}
+	if (a->spec->network != SBX_NETWORK_NONE) {
+		/* Recorded, so a failure from here on is torn down like any. */
+		r = serve_network(a->spec, &l, sb, err);
+		if (r < 0) {
+			close(kgo[1]);
+			return r;
+		}
 	}
 	/* Recorded: the keeper may serve now. */
 	r = write(kgo[1], "c", 1) == 1 ? 0 : -errno;

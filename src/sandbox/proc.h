@@ -22,6 +22,7 @@ enum sbx_msg_kind {
 	SBX_MSG_ERROR,       /* value: negative errno, text: reason */
 	SBX_MSG_EXITED,      /* value: exit code */
 	SBX_MSG_SIGNALED,    /* value: signal */
+	SBX_MSG_LISTENERS,   /* value: count of descriptors attached (SBX_NET_FDS) */
 	SBX_MSG_KIND_MAX,
 };
 
@@ -33,8 +34,22 @@ struct sbx_msg {
 };
 
 int sbx_msg_send(int fd, enum sbx_msg_kind kind, int32_t value, const char *text);
-/* 0 on a valid message, -EPIPE at end of stream, -EBADMSG on anything else. */
+/* 0 on a valid message, -EPIPE at end of stream, -EBADMSG on anything else
+ * (a record that carried descriptors included: they are lost here). */
 int sbx_msg_recv(int fd, struct sbx_msg *ret);
+
+/* The network listeners, in the order of struct sbx_net_fds. */
+#define SBX_NET_FDS 4
+/* SBX_MSG_LISTENERS with its descriptors (SCM_RIGHTS on a socket). */
+int sbx_msg_send_listeners(int fd, const struct sbx_net_fds *l);
+/*
+ * Like sbx_msg_recv, on a socket, also accepting SBX_MSG_LISTENERS: then
+ * *ret_fds holds its descriptors (O_CLOEXEC; the caller closes them), else
+ * every member is -1. Descriptors arriving with any other record, or a
+ * record with the wrong number of them, are closed and refused.
+ */
+int sbx_msg_recv_listeners(int fd, struct sbx_msg *ret, struct sbx_net_fds *ret_fds);
+void sbx_net_fds_close(struct sbx_net_fds *l);
 
 /* The pipes and descriptors one command runs with. */
 struct sbx_stdio {

@@ -78,6 +78,8 @@ struct sbx_rootfs_plan {
 	size_t n_links;
 	bool host_image;
 	bool fresh_workspace;
+	char *host_bundle;           /* the host's CA bundle, when there is a PEM to add */
+	size_t host_bundle_len;
 	const struct sbx_spec *spec; /* valid until the init has set up */
 };
 
@@ -121,6 +123,7 @@ void sbx_rootfs_plan_free(struct sbx_rootfs_plan *plan)
 	safe_close(plan->ws_fd);
 	for (size_t i = 0; i < plan->n_layers; i++)
 		safe_close(plan->layers[i].fd);
+	free(plan->host_bundle);
 	free(plan);
 }
 
@@ -183,14 +186,18 @@ static uint32_t shift(uint32_t base, uint32_t id)
 	return id < SBX_RANGE ? base + id : base + 65534; /* nobody */
 }
 
-static int write_upper_file(int upperfd, const char *name, const char *content, uint32_t uid)
+/* A file of root inside (0644) in an upper layer: a, then b (may be empty). */
+static int write_upper_data(int upperfd, const char *name, const char *a, size_t a_len,
+			    const char *b, size_t b_len, uint32_t uid)
 {
 	unlinkat(upperfd, name, 0);
 	_cleanup_close_ int fd =
 		openat(upperfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0)
 		return -errno;
-	int r = write_full(fd, content, strlen(content));
+	int r = write_full(fd, a, a_len);
+	if (r >= 0 && b_len)
+		r = write_full(fd, b, b_len);
 	if (r < 0)
 		return r;
 	if (fchown(fd, uid, uid) < 0 || fchmod(fd, 0644) < 0)
@@ -198,10 +205,116 @@ static int write_upper_file(int upperfd, const char *name, const char *content, 
 	return 0;
 }
 
+static int write_upper_file(int upperfd, const char *name, const char *content, uint32_t uid)
+{
+	return write_upper_data(upperfd, name, content, strlen(content), NULL, 0, uid);
+}
+
+/*
+ * The host's CA bundle, to which a sandbox's own trust is appended. Read
+ * on the host, only if any host user could read it (the rule of the /etc
+ * view), bounded. Absent: the sandbox's bundle is its PEM alone.
+ */
+static int read_host_bundle(char **ret, size_t *ret_len)
+{
+	_cleanup_close_ int fd = open(SBX_TRUST_BUNDLE, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
+		if (errno == ENOENT || errno == ENOTDIR) {
+			*ret = NULL;
+			*ret_len = 0;
+			return 0;
+		}
+		return -errno;
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode) || !(st.st_mode & S_IROTH)) {
+		*ret = NULL;
+		*ret_len = 0;
+		return 0;
+	}
+	if ((uint64_t)st.st_size > SBX_HOST_BUNDLE_MAX)
+		return -EFBIG;
+	size_t cap = (size_t)st.st_size + 1; /* one more: a file that grew is seen */
+	_cleanup_free_ char *data = malloc(cap);
+	if (!data)
+		return -ENOMEM;
+	ssize_t n = read_full(fd, data, cap);
+	if (n < 0)
+		return (int)n;
+	if ((size_t)n == cap)
+		return -EAGAIN; /* changed under us; the next sandbox reads it again */
+	*ret_len = (size_t)n;
+	*ret = TAKE_PTR(data);
+	return 0;
+}
+
+/* Directories of the sandbox's own in /etc's upper layer; overlay merges
+ * them with the lower layer's, so what /etc/ssl/certs holds stays visible. */
+static int mkdir_upper_path(int upperfd, const char *path, uint32_t uid)
+{
+	char buf[128];
+	if (fmt(buf, sizeof(buf), "%s", path) < 0)
+		return -ENAMETOOLONG;
+	for (char *s = buf;; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char c = *s;
+		*s = '\0';
+		int r = mkdir_owned(upperfd, buf, 0755, uid, uid);
+		if (r < 0)
+			return r;
+		if (c == '\0')
+			return 0;
+		*s = c;
+	}
+}
+
+/* The trust files: the sandbox's CA alone, and the bundle that programs
+ * read (the host's, then the sandbox's CA). */
+static int prepare_trust(int upperfd, const struct sbx_rootfs_plan *plan, uint32_t uid)
+{
+	const struct sbx_spec *spec = plan->spec;
+	/* Relative to /etc. */
+	const char *ca = &SBX_CA_FILE[sizeof("/etc/") - 1];
+	const char *bundle = &SBX_TRUST_BUNDLE[sizeof("/etc/") - 1];
+	char dir[128];
+	const char *files[] = { ca, bundle };
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+		const char *slash = strrchr(files[i], '/');
+		if (!slash)
+			continue;
+		if (fmt(dir, sizeof(dir), "%.*s", (int)(slash - files[i]), files[i]) < 0)
+			return -ENAMETOOLONG;
+		int r = mkdir_upper_path(upperfd, dir, uid);
+		if (r < 0)
+			return r;
+	}
+	int r = write_upper_data(upperfd, ca, spec->trust_pem, spec->trust_pem_len, NULL, 0, uid);
+	if (r < 0)
+		return r;
+	const char *host = plan->host_bundle ? plan->host_bundle : "";
+	size_t host_len = plan->host_bundle_len;
+	if (host_len && host[host_len - 1] != '\n') {
+		/* One certificate may not run into the next. */
+		_cleanup_free_ char *joined = malloc(host_len + 1);
+		if (!joined)
+			return -ENOMEM;
+		memcpy(joined, host, host_len);
+		joined[host_len] = '\n';
+		return write_upper_data(upperfd, bundle, joined, host_len + 1, spec->trust_pem,
+					spec->trust_pem_len, uid);
+	}
+	return write_upper_data(upperfd, bundle, host, host_len, spec->trust_pem,
+				spec->trust_pem_len, uid);
+}
+
 /* The sandbox's own files in /etc's upper layer (the lower layer is the
  * filtered copy of the host's /etc, see etcview.c). */
-static int prepare_etc(int upperfd, const struct sbx_spec *spec, uint32_t uid)
+static int prepare_etc(int upperfd, const struct sbx_rootfs_plan *plan, uint32_t uid)
 {
+	const struct sbx_spec *spec = plan->spec;
 	int r;
 	const char *host = spec->hostname ? spec->hostname : "airlock";
 	char buf[512];
@@ -217,10 +330,21 @@ static int prepare_etc(int upperfd, const struct sbx_spec *spec, uint32_t uid)
 	r = write_upper_file(upperfd, "hosts", buf, uid);
 	if (r < 0)
 		return r;
-	/* No resolver until the gateway provides one. */
-	r = write_upper_file(upperfd, "resolv.conf", "# no name service in this sandbox\n", uid);
+	if (spec->network == SBX_NETWORK_NONE)
+		r = write_upper_file(upperfd, "resolv.conf", "# no name service in this sandbox\n",
+				     uid);
+	else
+		r = write_upper_file(upperfd, "resolv.conf",
+				     "# the egress gateway answers (allowed names only)\n"
+				     "nameserver 127.0.0.1\n",
+				     uid);
 	if (r < 0)
 		return r;
+	if (spec->trust_pem) {
+		r = prepare_trust(upperfd, plan, uid);
+		if (r < 0)
+			return r;
+	}
 	uint8_t raw[16];
 	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
 		return -EIO;
@@ -376,6 +500,11 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 		return al_error_set_errno(err, -errno, "cannot create %s", plan->mnt);
 
 	plan->host_image = !spec->image || strcmp(spec->image, "host") == 0;
+	if (plan->host_image && spec->trust_pem) {
+		r = read_host_bundle(&plan->host_bundle, &plan->host_bundle_len);
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot read %s", SBX_TRUST_BUNDLE);
+	}
 	if (plan->host_image) {
 		for (size_t i = 0; i < ARRAY_SIZE(host_layers); i++) {
 			char host[SBX_PATH_MAX];
@@ -472,7 +601,7 @@ static int build_tree(const struct sbx_rootfs_plan *plan, struct al_error *err)
 			int upperfd = -1;
 			r = prepare_layer_dirs(plan, l, &upperfd);
 			if (r >= 0 && strcmp(l->target, "etc") == 0)
-				r = prepare_etc(upperfd, plan->spec, uid);
+				r = prepare_etc(upperfd, plan, uid);
 			safe_close(upperfd);
 			if (r < 0)
 				return al_error_set_errno(err, r, "cannot prepare /%s", l->target);

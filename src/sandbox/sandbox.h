@@ -18,11 +18,34 @@
 #define SBX_MAX_ENV 256
 #define SBX_HOSTNAME_MAX 63
 
+/* Where a sandbox with a network finds its trust bundle (the host's bundle
+ * followed by trust_pem) and trust_pem alone. */
+#define SBX_TRUST_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+#define SBX_CA_FILE "/etc/airlock/ca.crt"
+
 enum sbx_network {
 	SBX_NETWORK_NONE = 0,
 	SBX_NETWORK_RESTRICTED,
 	SBX_NETWORK_OPEN,
 };
+
+/*
+ * The listeners of a sandbox with a network, made by its init in its network
+ * namespace (TCP 127.0.0.1:3128, 127.0.0.2:80, 127.0.0.2:443, listening; UDP
+ * 127.0.0.1:53, bound). Nothing inside the sandbox ever holds them.
+ */
+struct sbx_net_fds {
+	int proxy, http, https, dns;
+};
+
+/*
+ * Called once, on the host, while the sandbox is being set up, with its
+ * listeners (the caller's descriptors stay the sandbox runtime's: duplicate
+ * what must outlive the call) and a pidfd of its init. A negative errno
+ * fails the setup and tears the sandbox down.
+ */
+typedef int (*sbx_net_ready_fn)(const struct sbx_net_fds *fds, const char *sandbox_id,
+				const char *sandbox_dir, int init_pidfd, void *userdata);
 
 /* What a sandbox is made of; fixed for its life. */
 struct sbx_spec {
@@ -35,6 +58,13 @@ struct sbx_spec {
 	uint64_t memory_bytes; /* 0: no limit */
 	uint64_t pids;         /* 0: no limit */
 	double cpus;           /* 0: no limit */
+	/* With a network: PEM certificate(s) to trust (SBX_CA_FILE, appended to
+	 * SBX_TRUST_BUNDLE); NULL: none. */
+	const char *trust_pem;
+	size_t trust_pem_len;
+	/* Required for SBX_NETWORK_RESTRICTED and _OPEN: who serves the listeners. */
+	sbx_net_ready_fn net_ready;
+	void *net_ready_ud;
 };
 
 /* How one command runs. */

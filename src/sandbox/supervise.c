@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -62,6 +64,121 @@ int sbx_msg_recv(int fd, struct sbx_msg *ret)
 		return -EBADMSG;
 	if (m.kind == SBX_MSG_STARTED && m.value <= 1)
 		return -EBADMSG;
+	/* Its descriptors went with a plain read(). */
+	if (m.kind == SBX_MSG_LISTENERS)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+void sbx_net_fds_close(struct sbx_net_fds *l)
+{
+	l->proxy = safe_close(l->proxy);
+	l->http = safe_close(l->http);
+	l->https = safe_close(l->https);
+	l->dns = safe_close(l->dns);
+}
+
+int sbx_msg_send_listeners(int fd, const struct sbx_net_fds *l)
+{
+	struct sbx_msg m = { .magic = SBX_MSG_MAGIC, .kind = SBX_MSG_LISTENERS,
+			     .value = SBX_NET_FDS };
+	int fds[SBX_NET_FDS] = { l->proxy, l->http, l->https, l->dns };
+	union {
+		char buf[CMSG_SPACE(sizeof(fds))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(fds));
+	memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+	ssize_t n;
+	while ((n = sendmsg(fd, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	if (n < 0)
+		return -errno;
+	/* The descriptors went with the first byte; the rest is plain data. */
+	if ((size_t)n < sizeof(m))
+		return write_full(fd, (char *)&m + n, sizeof(m) - (size_t)n);
+	return 0;
+}
+
+static void close_fd_array(const int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		safe_close(fds[i]);
+}
+
+int sbx_msg_recv_listeners(int fd, struct sbx_msg *ret, struct sbx_net_fds *ret_fds)
+{
+	struct sbx_msg m;
+	union {
+		/* Room for more than we accept, so that too many is seen. */
+		char buf[CMSG_SPACE(sizeof(int) * (SBX_NET_FDS + 4))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof(u));
+	struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	ssize_t n;
+	while ((n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	if (n < 0)
+		return -errno;
+	int fds[SBX_NET_FDS + 4];
+	size_t n_fds = 0;
+	bool bad = (mh.msg_flags & MSG_CTRUNC) != 0;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
+			bad = true;
+			continue;
+		}
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int f;
+			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (n_fds < ARRAY_SIZE(fds))
+				fds[n_fds++] = f;
+			else
+				close(f);
+		}
+	}
+	if (n == 0) {
+		close_fd_array(fds, n_fds);
+		return -EPIPE;
+	}
+	if (!bad && (size_t)n < sizeof(m)) {
+		ssize_t rest = read_full(fd, (char *)&m + n, sizeof(m) - (size_t)n);
+		if (rest < 0 || (size_t)rest != sizeof(m) - (size_t)n)
+			bad = true;
+	}
+	if (!bad)
+		bad = m.magic != SBX_MSG_MAGIC || m.kind == 0 || m.kind >= SBX_MSG_KIND_MAX ||
+		      memchr(m.text, '\0', sizeof(m.text)) == NULL ||
+		      (m.kind == SBX_MSG_SIGNALED && (m.value <= 0 || m.value >= 65)) ||
+		      (m.kind == SBX_MSG_EXITED && (m.value < 0 || m.value > 255)) ||
+		      (m.kind == SBX_MSG_STARTED && m.value <= 1);
+	if (!bad && m.kind == SBX_MSG_LISTENERS)
+		bad = m.value != SBX_NET_FDS || n_fds != SBX_NET_FDS;
+	else if (!bad)
+		bad = n_fds != 0;
+	for (size_t i = 0; !bad && i < n_fds; i++) {
+		struct stat st;
+		bad = fstat(fds[i], &st) < 0 || !S_ISSOCK(st.st_mode);
+	}
+	if (bad) {
+		close_fd_array(fds, n_fds);
+		return -EBADMSG;
+	}
+	*ret_fds = (struct sbx_net_fds){ -1, -1, -1, -1 };
+	if (n_fds == SBX_NET_FDS)
+		*ret_fds = (struct sbx_net_fds){ fds[0], fds[1], fds[2], fds[3] };
 	*ret = m;
 	return 0;
 }

@@ -1,0 +1,214 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `airlock gateway`, and the gateway options `sandbox run|create` share. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/cleanup.h"
+#include "common/log.h"
+
+static const char gateway_usage[] =
+	"usage: airlock gateway --listen ADDR:PORT [--policy FILE] [--allow RULE]...\n"
+	"                       [--grant github:OWNER/REPO]... [--upstream HOST:PORT=ADDR:PORT]...\n"
+	"                       [--upstream-ca FILE]... [--vault FILE] [--mode restricted|open]\n"
+	"                       [--audit FILE] [--ca-out FILE]\n"
+	"\n"
+	"Serves as an HTTP proxy on ADDR:PORT in the foreground until SIGINT or SIGTERM.\n"
+	"  --listen ADDR:PORT     where to accept clients\n"
+	"  --policy FILE          the network policy (optional with --allow or --mode open)\n"
+	"  --allow RULE           HOST[:PORT][/PATH-PREFIX] to allow (repeatable)\n"
+	"  --grant G              github:OWNER/REPO the vault's GitHub credential may reach\n"
+	"  --upstream H:P=A:P     connect to A:P for H:P (repeatable)\n"
+	"  --upstream-ca FILE     also trust these CA certificates (PEM) upstream (repeatable)\n"
+	"  --vault FILE           credentials (owner-only file)\n"
+	"  --mode restricted|open the policy decides (default), or any public host\n"
+	"  --audit FILE           append audit lines to FILE (default: stdout)\n"
+	"  --ca-out FILE          write the interception CA certificate (PEM) for clients\n";
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char msg[1024];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_error("%s", msg);
+	return EXIT_AIRLOCK_ERROR;
+}
+
+static int list_add(char **list, size_t *n, const char *opt, char *arg)
+{
+	if (!*arg)
+		return fail("%s wants a value", opt);
+	if (*n >= CLI_GW_MAX_LIST)
+		return fail("too many %s options (at most %d)", opt, CLI_GW_MAX_LIST);
+	list[(*n)++] = arg;
+	return 0;
+}
+
+int cli_gw_option(struct cli_gw_opts *g, int opt, char *arg)
+{
+	g->any = true;
+	switch (opt) {
+	case OPT_GW_ALLOW:
+		return list_add(g->allow, &g->n_allow, "--allow", arg);
+	case OPT_GW_GRANT:
+		if (strncmp(arg, "github:", 7) != 0 || !arg[7])
+			return fail("--grant wants github:OWNER/REPO, not '%s'", arg);
+		return list_add(g->grants, &g->n_grants, "--grant", arg);
+	case OPT_GW_UPSTREAM:
+		if (!strchr(arg, '='))
+			return fail("--upstream wants HOST:PORT=ADDR:PORT, not '%s'", arg);
+		return list_add(g->upstreams, &g->n_upstreams, "--upstream", arg);
+	case OPT_GW_UPSTREAM_CA:
+		return list_add(g->upstream_cas, &g->n_upstream_cas, "--upstream-ca", arg);
+	case OPT_GW_POLICY:
+		if (!*arg)
+			return fail("--policy wants a file");
+		if (g->policy)
+			return fail("--policy may be given once");
+		g->policy = arg;
+		return 0;
+	case OPT_GW_VAULT:
+		if (!*arg)
+			return fail("--vault wants a file");
+		if (g->vault)
+			return fail("--vault may be given once");
+		g->vault = arg;
+		return 0;
+	}
+	return fail("unknown gateway option");
+}
+
+void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *label,
+		 struct gw_options *ret)
+{
+	*ret = (struct gw_options){
+		.mode = mode,
+		.label = label,
+		.policy_file = g->policy,
+		.allow = g->allow,
+		.n_allow = g->n_allow,
+		.grants = g->grants,
+		.n_grants = g->n_grants,
+		.upstreams = g->upstreams,
+		.n_upstreams = g->n_upstreams,
+		.upstream_cas = g->upstream_cas,
+		.n_upstream_cas = g->n_upstream_cas,
+		.vault_file = g->vault,
+	};
+}
+
+int cli_open_audit(const char *path, bool nofollow)
+{
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY |
+				    (nofollow ? O_NOFOLLOW : 0),
+		      0600);
+	return fd < 0 ? -errno : fd;
+}
+
+enum {
+	OPT_LISTEN = 256,
+	OPT_MODE,
+	OPT_AUDIT,
+	OPT_CA_OUT,
+	OPT_HELP,
+};
+
+int cmd_gateway(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "listen", required_argument, NULL, OPT_LISTEN },
+		{ "mode", required_argument, NULL, OPT_MODE },
+		{ "audit", required_argument, NULL, OPT_AUDIT },
+		{ "ca-out", required_argument, NULL, OPT_CA_OUT },
+		{ "allow", required_argument, NULL, OPT_GW_ALLOW },
+		{ "policy", required_argument, NULL, OPT_GW_POLICY },
+		{ "grant", required_argument, NULL, OPT_GW_GRANT },
+		{ "upstream", required_argument, NULL, OPT_GW_UPSTREAM },
+		{ "upstream-ca", required_argument, NULL, OPT_GW_UPSTREAM_CA },
+		{ "vault", required_argument, NULL, OPT_GW_VAULT },
+		{ "help", no_argument, NULL, OPT_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct cli_gw_opts g = { 0 };
+	const char *listen = NULL, *audit = NULL, *ca_out = NULL;
+	enum gw_mode mode = GW_MODE_RESTRICTED;
+	optind = 1;
+	opterr = 0;
+	int c, r;
+	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+		const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+		switch (c) {
+		case OPT_HELP:
+			fputs(gateway_usage, stdout);
+			return 0;
+		case OPT_LISTEN:
+			listen = optarg;
+			break;
+		case OPT_MODE:
+			if (strcmp(optarg, "restricted") == 0)
+				mode = GW_MODE_RESTRICTED;
+			else if (strcmp(optarg, "open") == 0)
+				mode = GW_MODE_OPEN;
+			else
+				return fail("--mode wants restricted or open, not '%s'", optarg);
+			break;
+		case OPT_AUDIT:
+			audit = optarg;
+			break;
+		case OPT_CA_OUT:
+			ca_out = optarg;
+			break;
+		case OPT_GW_ALLOW:
+		case OPT_GW_POLICY:
+		case OPT_GW_GRANT:
+		case OPT_GW_UPSTREAM:
+		case OPT_GW_UPSTREAM_CA:
+		case OPT_GW_VAULT:
+			r = cli_gw_option(&g, c, optarg);
+			if (r)
+				return r;
+			break;
+		case '?':
+		default:
+			if (optopt)
+				return fail("option %s needs a value", name);
+			return fail("unknown option %s (see `airlock gateway --help`)", name);
+		}
+	}
+	if (optind < argc)
+		return fail("gateway takes no arguments but options (see `airlock gateway --help`)");
+	if (!listen || !*listen)
+		return fail("gateway needs --listen ADDR:PORT");
+	if (mode == GW_MODE_RESTRICTED && !g.policy && g.n_allow == 0)
+		return fail("gateway needs --policy FILE or --allow RULE (or --mode open)");
+
+	struct gw_options gopts;
+	cli_gw_fill(&g, mode, "standalone", &gopts);
+	struct al_error err = { 0 };
+	struct gw_config *cfg = NULL;
+	r = gw_config_build(&gopts, &cfg, &err);
+	if (r < 0)
+		return fail("%s", al_error_message(&err));
+	_cleanup_close_ int audit_fd = -1;
+	if (audit) {
+		audit_fd = cli_open_audit(audit, false);
+		if (audit_fd < 0) {
+			gw_config_free(cfg);
+			return fail("cannot open %s: %s", audit, strerror(-audit_fd));
+		}
+	}
+	r = gw_serve_standalone(cfg, listen, ca_out, audit_fd, &err);
+	gw_config_free(cfg);
+	if (r < 0)
+		return fail("%s", al_error_message(&err));
+	return 0;
+}
