@@ -44,6 +44,7 @@ void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *lab
 		 struct gw_options *ret);
 /* Opens a file to append audit lines to (0600 when created). */
 int cli_open_audit(const char *path, bool nofollow);
+int cli_listen_unix(const char *path);
 
 int cmd_sandbox(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);

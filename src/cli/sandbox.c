@@ -31,6 +31,8 @@ static const char sandbox_usage[] =
 	"  airlock sandbox list\n"
 	"  airlock sandbox destroy ID\n"
 	"  airlock sandbox audit ID                            print its gateway's audit log\n"
+	"  airlock sandbox policy ID FILE                      replace its rules (a policy file's\n"
+	"                                                      rules:) with a new generation\n"
 	"  airlock sandbox gc                                  remove what crashes left behind\n"
 	"\n"
 	"options:\n"
@@ -335,8 +337,16 @@ static int net_ready(const struct sbx_net_fds *fds, const char *id, const char *
 			return al_error_set_errno(n->err, own, "cannot open %s", path);
 		audit_fd = own;
 	}
+	/* Root's way to change the sandbox's policy later (`sandbox policy`). */
+	char sock[4096];
+	if (snprintf(sock, sizeof(sock), "%s/gateway.sock", dir) >= (int)sizeof(sock))
+		return al_error_set(n->err, -ENAMETOOLONG, "state directory path too long");
+	_cleanup_close_ int control = cli_listen_unix(sock);
+	if (control < 0)
+		return al_error_set_errno(n->err, control, "cannot listen on %s", sock);
 	struct gw_listeners l = {
 		.proxy = fds->proxy, .http = fds->http, .https = fds->https, .dns = fds->dns,
+		.control = control,
 	};
 	return gw_attach(&n->gp, id, &l, audit_fd, init_pidfd, n->err);
 }
@@ -595,6 +605,39 @@ static int do_audit(int argc, char **argv)
 	return 0;
 }
 
+/* `sandbox policy ID FILE`: the sandbox's rules, replaced whole. */
+static int do_policy(int argc, char **argv)
+{
+	if (argc != 3)
+		return fail("usage: airlock sandbox policy ID FILE");
+	const char *id = argv[1];
+	if (!sbx_id_valid(id))
+		return fail("'%s' is not a sandbox id", id);
+	struct sbx_settings set;
+	if (settings(&set))
+		return EXIT_AIRLOCK_ERROR;
+	char sock[4096];
+	if (snprintf(sock, sizeof(sock), "%s/%s/gateway.sock", set.state_dir, id) >=
+	    (int)sizeof(sock))
+		return fail("state directory path too long");
+	char *text = NULL;
+	size_t len = 0;
+	int r = read_file_bounded(AT_FDCWD, argv[2], 1024 * 1024, &text, &len);
+	if (r < 0)
+		return fail("%s: %s", argv[2], r == -EFBIG ? "larger than 1 MiB" : strerror(-r));
+	struct al_error err = { 0 };
+	uint64_t gen = 0;
+	r = gw_set_policy(sock, text, len, &gen, &err);
+	free(text);
+	if (r < 0) {
+		if (r == -ENOENT || r == -ECONNREFUSED)
+			return fail("sandbox %s has no gateway (no such sandbox, or --network none)", id);
+		return fail("%s", al_error_message(&err));
+	}
+	printf("policy generation %" PRIu64 "\n", gen);
+	return 0;
+}
+
 static int do_gc(int argc, char **argv)
 {
 	if (argc > 1)
@@ -632,6 +675,8 @@ int cmd_sandbox(int argc, char **argv)
 		return do_gc(argc - 1, argv + 1);
 	if (strcmp(sub, "audit") == 0)
 		return do_audit(argc - 1, argv + 1);
+	if (strcmp(sub, "policy") == 0)
+		return do_policy(argc - 1, argv + 1);
 	if (strcmp(sub, "--help") == 0 || strcmp(sub, "help") == 0 || strcmp(sub, "-h") == 0) {
 		fputs(sandbox_usage, stdout);
 		return 0;

@@ -99,6 +99,7 @@ struct gw_listeners {
 	int http;      /* TCP GW_TRANSPARENT_ADDR:80, listening */
 	int https;     /* TCP GW_TRANSPARENT_ADDR:443, listening */
 	int dns;       /* UDP GW_DNS_ADDR:53, bound */
+	int control;   /* optional: a listening AF_UNIX socket (root only) for gw_set_policy */
 };
 
 /*
@@ -109,6 +110,15 @@ struct gw_listeners {
  */
 int gw_attach(struct gw_proc *gp, const char *sandbox_id, const struct gw_listeners *l,
 	      int audit_fd, int watch_pidfd, struct al_error *err);
+
+/*
+ * Replaces the rules of the sandbox served behind the control socket at
+ * path (struct gw_listeners.control) with those in the YAML text (a policy
+ * file's "rules"): the new generation replaces the old one whole, or the
+ * old one stays and err says why. *ret_generation: the new generation.
+ */
+int gw_set_policy(const char *control_path, const char *text, size_t len,
+		  uint64_t *ret_generation, struct al_error *err);
 
 /* Stops the gateway (SIGKILL if it does not stop within a second), reaps it, frees gp. */
 void gw_stop(struct gw_proc *gp);

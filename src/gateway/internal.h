@@ -107,4 +107,8 @@ enum {
 	GW_IPC_ERROR,      /* gateway -> caller: message */
 	GW_IPC_ATTACH,     /* caller -> gateway: sandbox id; fds: proxy http https dns audit watch */
 	GW_IPC_ATTACHED,   /* gateway -> caller: empty, or GW_IPC_ERROR */
+	GW_IPC_POLICY,     /* root -> gateway (control socket): YAML rules */
+	GW_IPC_POLICY_SET, /* gateway -> root: the new generation, as text */
 };
+
+#define GW_POLICY_TEXT_MAX (1024 * 1024)

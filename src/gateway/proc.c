@@ -23,6 +23,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -341,15 +342,15 @@ int gw_start(const struct gw_config *cfg, const struct gw_start_opts *so, struct
 int gw_attach(struct gw_proc *gp, const char *sandbox_id, const struct gw_listeners *l,
 	      int audit_fd, int watch_pidfd, struct al_error *err)
 {
-	int all[6] = { l->proxy, l->http, l->https, l->dns, audit_fd, watch_pidfd };
-	int fds[6];
+	int all[7] = { l->proxy, l->http, l->https, l->dns, audit_fd, watch_pidfd, l->control };
+	int fds[7];
 	size_t n = 0;
 	uint8_t payload[1 + 64];
 	size_t idlen = strlen(sandbox_id);
 	if (idlen > 64)
 		return al_error_set(err, -EINVAL, "sandbox id too long");
 	payload[0] = 0;
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < 7; i++)
 		if (all[i] >= 0) {
 			payload[0] |= (uint8_t)(1u << i);
 			fds[n++] = all[i];
@@ -441,7 +442,7 @@ int gw_serve_standalone(const struct gw_config *cfg, const char *listen_addr, co
 	}
 	free(pem);
 	int afd = audit_fd >= 0 ? audit_fd : fcntl(1, F_DUPFD_CLOEXEC, 3);
-	struct gw_listeners l = { .proxy = lfd, .http = -1, .https = -1, .dns = -1 };
+	struct gw_listeners l = { .proxy = lfd, .http = -1, .https = -1, .dns = -1, .control = -1 };
 	rc = gw_engine_add_sandbox(e, "standalone", &l, afd, -1, err);
 	if (rc == 0)
 		rc = drop_privileges(gateway_uid(0), err);
@@ -455,4 +456,38 @@ int gw_serve_standalone(const struct gw_config *cfg, const char *listen_addr, co
 	}
 	gw_engine_free(e);
 	return rc;
+}
+
+int gw_set_policy(const char *control_path, const char *text, size_t len,
+		  uint64_t *ret_generation, struct al_error *err)
+{
+	if (len > GW_POLICY_TEXT_MAX)
+		return al_error_set(err, -E2BIG, "the policy is larger than %u bytes",
+				    GW_POLICY_TEXT_MAX);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(control_path) >= sizeof(sa.sun_path))
+		return al_error_set(err, -ENAMETOOLONG, "%s: path too long", control_path);
+	memcpy(sa.sun_path, control_path, strlen(control_path) + 1);
+	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return al_error_set_errno(err, -errno, "socket");
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return al_error_set_errno(err, -errno, "the sandbox's gateway is not reachable at %s",
+					  control_path);
+	int r = ipc_send(fd, GW_IPC_POLICY, text, len, NULL, 0);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot reach the gateway");
+	struct ipc_msg m = IPC_MSG_INIT;
+	r = recv_reply(fd, GW_IPC_POLICY_SET, &m, 32, err, "changing the policy");
+	if (r < 0)
+		return r;
+	char g[33];
+	memcpy(g, m.data ? (const char *)m.data : "", m.len);
+	g[m.len] = '\0';
+	ipc_msg_done(&m);
+	uint64_t gen;
+	if (parse_u64(g, &gen) < 0)
+		return al_error_set(err, -EBADMSG, "unexpected answer from the gateway");
+	*ret_generation = gen;
+	return 0;
 }

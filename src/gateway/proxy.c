@@ -67,6 +67,8 @@ struct gw_engine {
 	struct event_base *base;
 	struct evdns_base *dns;
 	const struct gw_config *cfg;
+	const struct gw_policy *policy; /* the current generation */
+	struct gw_policy *owned_policy; /* when it came later (GW_IPC_POLICY) */
 	struct gw_vault *vault;
 	struct gw_ca *ca;
 	SSL_CTX *srv_ctx, *up_ctx;
@@ -85,6 +87,7 @@ struct gw_sbx {
 	struct evconnlistener *listeners[3];
 	int dns_fd, watch_fd;
 	struct event *dns_ev, *watch_ev;
+	struct evconnlistener *control; /* root's socket for policy changes */
 	struct conn *conns;
 	size_t n_conns;
 	struct gw_sbx *next;
@@ -405,7 +408,7 @@ static void reset_request(struct conn *c)
 	c->status = 0;
 	c->bytes_up = c->bytes_down = 0;
 	c->cred_name = NULL;
-	c->generation = c->e->cfg->policy ? c->e->cfg->policy->generation : 0;
+	c->generation = c->e->policy ? c->e->policy->generation : 0;
 	c->audited = false;
 	c->head_started = false;
 	clock_gettime(CLOCK_MONOTONIC, &c->t0);
@@ -845,7 +848,7 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		}
 		c->port = port;
 		evbuffer_drain(in, req->head_len);
-		if (cfg->mode == GW_MODE_RESTRICTED && !gw_policy_host_may_allow(cfg->policy, c->host, port)) {
+		if (cfg->mode == GW_MODE_RESTRICTED && !gw_policy_host_may_allow(e->policy, c->host, port)) {
 			respond_error(c, 403, "no rule allows this host", false);
 			return;
 		}
@@ -959,7 +962,7 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		snprintf(c->reason, sizeof(c->reason), "network open");
 	} else {
 		struct gw_decision d;
-		gw_policy_decide(cfg->policy, c->method, c->host, port, c->path, &d);
+		gw_policy_decide(e->policy, c->method, c->host, port, c->path, &d);
 		c->generation = d.generation;
 		if (d.rule)
 			snprintf(c->rule, sizeof(c->rule), "%s", d.rule);
@@ -1539,7 +1542,7 @@ static int cert_cb(SSL *ssl, void *arg)
 	if (!norm[0] || ip)
 		return 0;
 	if (e->cfg->mode == GW_MODE_RESTRICTED &&
-	    !gw_policy_host_may_allow(e->cfg->policy, norm, 443))
+	    !gw_policy_host_may_allow(e->policy, norm, 443))
 		return 0;
 	const struct gw_leaf *leaf;
 	struct al_error err = { 0 };
@@ -1642,21 +1645,22 @@ struct dns_allow_ctx {
 
 static bool dns_allow(const char *name, void *ud)
 {
-	const struct gw_config *cfg = ud;
+	const struct gw_engine *e = ud;
+	const struct gw_config *cfg = e->cfg;
 	char norm[GW_HOST_MAX + 3];
 	bool ip;
 	if (gw_host_normalize(name, strlen(name), norm, sizeof(norm), &ip) < 0 || ip)
 		return false;
 	if (cfg->mode == GW_MODE_OPEN)
 		return true;
-	return gw_policy_host_may_allow(cfg->policy, norm, 0);
+	return gw_policy_host_may_allow(e->policy, norm, 0);
 }
 
 static void dns_cb_udp(evutil_socket_t fd, short what, void *ud)
 {
 	struct gw_sbx *s = ud;
 	struct gw_dns_config dc = { .ipv4 = { 127, 0, 0, 2 }, .ttl = 60, .allow = dns_allow,
-				    .userdata = (void *)s->e->cfg };
+				    .userdata = s->e };
 	for (int i = 0; i < 64; i++) {
 		uint8_t q[1500], a[GW_DNS_MAX_MSG];
 		struct sockaddr_storage from;
@@ -1680,6 +1684,8 @@ static void sandbox_free(struct gw_sbx *s)
 	for (int i = 0; i < 3; i++)
 		if (s->listeners[i])
 			evconnlistener_free(s->listeners[i]);
+	if (s->control)
+		evconnlistener_free(s->control);
 	if (s->dns_ev)
 		event_free(s->dns_ev);
 	if (s->watch_ev)
@@ -1705,6 +1711,9 @@ static void watch_cb(evutil_socket_t fd, short what, void *ud)
 	/* The sandbox's init exited: the sandbox is gone. */
 	sandbox_free(ud);
 }
+
+static void control_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+			      int salen, void *ud);
 
 int gw_engine_add_sandbox(struct gw_engine *e, const char *id, const struct gw_listeners *l,
 			  int audit_fd, int watch_pidfd, struct al_error *err)
@@ -1748,6 +1757,15 @@ int gw_engine_add_sandbox(struct gw_engine *e, const char *id, const struct gw_l
 		if (!s->dns_ev || event_add(s->dns_ev, NULL) < 0)
 			rc = -ENOMEM;
 	}
+	if (l->control >= 0) {
+		evutil_make_socket_nonblocking(l->control);
+		s->control = evconnlistener_new(e->base, control_accept_cb, s, LEV_OPT_CLOSE_ON_FREE,
+						-1, l->control);
+		if (!s->control) {
+			close(l->control);
+			rc = -ENOMEM;
+		}
+	}
 	if (s->watch_fd >= 0) {
 		s->watch_ev = event_new(e->base, s->watch_fd, EV_READ, watch_cb, s);
 		if (!s->watch_ev || event_add(s->watch_ev, NULL) < 0)
@@ -1762,11 +1780,68 @@ int gw_engine_add_sandbox(struct gw_engine *e, const char *id, const struct gw_l
 
 /* ---- control ---- */
 
+/* A new generation replaces the old one whole, or the old one stays. */
+static int set_policy(struct gw_engine *e, const uint8_t *text, size_t len, uint64_t *ret_gen,
+		      struct al_error *err)
+{
+	uint64_t gen = (e->policy ? e->policy->generation : 0) + 1;
+	struct gw_policy *p = NULL;
+	int r = gw_policy_parse("policy", (const char *)text, len, gen, &p, err);
+	if (r < 0)
+		return r;
+	gw_policy_free(e->owned_policy);
+	e->owned_policy = p;
+	e->policy = p;
+	*ret_gen = gen;
+	return 0;
+}
+
+/* One request per connection on a sandbox's control socket. */
+static void policy_conn_cb(evutil_socket_t fd, short what, void *ud)
+{
+	struct gw_engine *e = ud;
+	static const struct ipc_type types[] = { { GW_IPC_POLICY, GW_POLICY_TEXT_MAX, 0 } };
+	struct ipc_msg m = IPC_MSG_INIT;
+	int r = ipc_recv(fd, types, ARRAY_SIZE(types), &m);
+	struct al_error err = { 0 };
+	uint64_t gen = 0;
+	if (r < 0)
+		r = al_error_set(&err, r, "bad request on the control socket");
+	else
+		r = set_policy(e, m.data, m.len, &gen, &err);
+	ipc_msg_done(&m);
+	if (r < 0) {
+		const char *msg = al_error_message(&err);
+		ipc_send(fd, GW_IPC_ERROR, msg, strlen(msg), NULL, 0);
+	} else {
+		char g[32];
+		int n = snprintf(g, sizeof(g), "%" PRIu64, gen);
+		ipc_send(fd, GW_IPC_POLICY_SET, g, (size_t)n, NULL, 0);
+	}
+	close(fd);
+}
+
+static void control_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+			      int salen, void *ud)
+{
+	struct gw_sbx *s = ud;
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	/* The socket lives in a root-only directory; still, root only. */
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.uid != 0) {
+		close(fd);
+		return;
+	}
+	struct timeval tv = { .tv_sec = 5 };
+	if (event_base_once(s->e->base, fd, EV_READ, policy_conn_cb, s->e, &tv) < 0)
+		close(fd);
+}
+
 static void ctl_cb(evutil_socket_t fd, short what, void *ud)
 {
 	struct gw_engine *e = ud;
 	static const struct ipc_type types[] = {
-		{ GW_IPC_ATTACH, 1 + SANDBOX_ID_MAX, 6 },
+		{ GW_IPC_ATTACH, 1 + SANDBOX_ID_MAX, 7 },
 	};
 	struct ipc_msg m = IPC_MSG_INIT;
 	int r = ipc_recv(fd, types, ARRAY_SIZE(types), &m);
@@ -1788,7 +1863,7 @@ static void ctl_cb(evutil_socket_t fd, short what, void *ud)
 	if (m.len > 1)
 		memcpy(id, m.data + 1, m.len - 1);
 	id[m.len > 1 ? m.len - 1 : 0] = '\0';
-	struct gw_listeners l = { -1, -1, -1, -1 };
+	struct gw_listeners l = { -1, -1, -1, -1, -1 };
 	int *slots[4] = { &l.proxy, &l.http, &l.https, &l.dns };
 	size_t k = 0;
 	for (int i = 0; i < 4; i++)
@@ -1796,6 +1871,7 @@ static void ctl_cb(evutil_socket_t fd, short what, void *ud)
 			*slots[i] = ipc_msg_take_fd(&m, k++);
 	int audit_fd = (mask & 16) ? ipc_msg_take_fd(&m, k++) : -1;
 	int watch_fd = (mask & 32) ? ipc_msg_take_fd(&m, k++) : -1;
+	l.control = (mask & 64) ? ipc_msg_take_fd(&m, k++) : -1;
 	bool ok = k == m.n_fds;
 	ipc_msg_done(&m);
 	struct al_error err = { 0 };
@@ -1845,6 +1921,7 @@ int gw_engine_new(const struct gw_engine_opts *o, struct gw_engine **ret, struct
 	if (!e)
 		return al_error_set(err, -ENOMEM, "out of memory");
 	e->cfg = o->cfg;
+	e->policy = o->cfg->policy;
 	e->vault = o->vault;
 	e->ca = o->ca;
 	e->exit_when_idle = o->exit_when_idle;
@@ -1922,5 +1999,6 @@ void gw_engine_free(struct gw_engine *e)
 		event_base_free(e->base);
 	gw_vault_free(e->vault);
 	gw_ca_free(e->ca);
+	gw_policy_free(e->owned_policy);
 	free(e);
 }
