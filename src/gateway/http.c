@@ -397,7 +397,10 @@ int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *r
 		st.req.fields[st.req.n_fields++] = (struct gw_http_field){ name, value };
 	}
 
-	if (!st.have_host)
+	/* HTTP/1.0 clients (Python's urllib, pip, openssl s_client) send
+	 * CONNECT and absolute-form requests without Host: the target names
+	 * the host. Everywhere else Host is required. */
+	if (!st.have_host && !(st.http10 && st.req.form != GW_FORM_ORIGIN))
 		return HTTP_BAD;
 	st.req.upgrade = st.connection_upgrade && st.have_upgrade;
 	/* HTTP/1.0 has no persistent connections here (no keep-alive). */

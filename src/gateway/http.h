@@ -72,6 +72,7 @@ struct gw_http_request {
  *         name that is not a token, a space before the colon, a CTL other
  *         than tab in a field value, a method that is not a token, a target
  *         with a space, a version other than HTTP/1.1 or HTTP/1.0, no Host
+ *         (HTTP/1.0 CONNECT and absolute-form may omit it)
  *         or more than one Host, Host different from the absolute-form
  *         authority, Content-Length that is not 1*DIGIT (or overflows), two
  *         Content-Length fields (even equal ones), Content-Length together

@@ -86,6 +86,8 @@ struct gw_engine_opts {
 	struct gw_vault *vault;   /* owned by the engine from here on; may be NULL */
 	struct gw_ca *ca;         /* owned by the engine */
 	void *upstream_store;     /* X509_STORE *, owned by the engine */
+	char *system_bundle;      /* PEM, owned by the engine: parsed into the store on first use */
+	size_t system_bundle_len;
 	bool exit_when_idle;      /* stop when the last sandbox is gone */
 };
 int gw_engine_new(const struct gw_engine_opts *o, struct gw_engine **ret, struct al_error *err);

@@ -152,22 +152,31 @@ static int drop_privileges(uid_t uid, struct al_error *err)
 	return 0;
 }
 
-/* Reads the trust store: the system bundle plus the operator's files. */
-static int load_store(const struct gw_config *cfg, X509_STORE **ret, struct al_error *err)
+/*
+ * The trust store: the operator's CA files now (a bad one is an error at
+ * start), the system bundle read now but parsed only when the first TLS
+ * upstream needs it (some 50 ms for ~140 certificates, which a sandbox that
+ * never goes out should not pay).
+ */
+static int load_store(const struct gw_config *cfg, X509_STORE **ret, char **ret_bundle,
+		      size_t *ret_bundle_len, struct al_error *err)
 {
 	X509_STORE *st = X509_STORE_new();
 	if (!st)
 		return al_error_set(err, -ENOMEM, "out of memory");
-	if (access(SYSTEM_BUNDLE, R_OK) == 0 && X509_STORE_load_file(st, SYSTEM_BUNDLE) != 1) {
-		X509_STORE_free(st);
-		return al_error_set(err, -EINVAL, "cannot load %s", SYSTEM_BUNDLE);
-	}
 	for (size_t i = 0; i < cfg->n_ca_files; i++)
 		if (X509_STORE_load_file(st, cfg->ca_files[i]) != 1) {
 			X509_STORE_free(st);
 			return al_error_set(err, -EINVAL, "--upstream-ca %s: no PEM certificate in it",
 					    cfg->ca_files[i]);
 		}
+	*ret_bundle = NULL;
+	*ret_bundle_len = 0;
+	int r = read_file_bounded(AT_FDCWD, SYSTEM_BUNDLE, 16 << 20, ret_bundle, ret_bundle_len);
+	if (r < 0 && r != -ENOENT) {
+		X509_STORE_free(st);
+		return al_error_set_errno(err, r, "cannot read %s", SYSTEM_BUNDLE);
+	}
 	*ret = st;
 	return 0;
 }
@@ -185,7 +194,9 @@ static int prepare_engine(const struct gw_config *cfg, bool exit_when_idle,
 			return rc;
 	}
 	X509_STORE *store = NULL;
-	rc = load_store(cfg, &store, err);
+	char *bundle = NULL;
+	size_t bundle_len = 0;
+	rc = load_store(cfg, &store, &bundle, &bundle_len, err);
 	if (rc < 0) {
 		gw_vault_free(vault);
 		return rc;
@@ -195,16 +206,19 @@ static int prepare_engine(const struct gw_config *cfg, bool exit_when_idle,
 	if (rc < 0) {
 		gw_vault_free(vault);
 		X509_STORE_free(store);
+		free(bundle);
 		return rc;
 	}
 	rc = gw_ca_cert_pem(ca, ret_pem, ret_pem_len);
 	if (rc < 0) {
 		gw_vault_free(vault);
 		X509_STORE_free(store);
+		free(bundle);
 		gw_ca_free(ca);
 		return al_error_set_errno(err, rc, "cannot write the CA certificate");
 	}
 	struct gw_engine_opts o = { .cfg = cfg, .vault = vault, .ca = ca, .upstream_store = store,
+				    .system_bundle = bundle, .system_bundle_len = bundle_len,
 				    .exit_when_idle = exit_when_idle };
 	rc = gw_engine_new(&o, ret, err);
 	if (rc < 0) {

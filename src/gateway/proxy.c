@@ -39,6 +39,7 @@
 #include <event2/util.h>
 #include <jansson.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
@@ -72,6 +73,9 @@ struct gw_engine {
 	struct gw_vault *vault;
 	struct gw_ca *ca;
 	SSL_CTX *srv_ctx, *up_ctx;
+	X509_STORE *store;       /* up_ctx's */
+	char *bundle;            /* the system bundle, until first needed */
+	size_t bundle_len;
 	struct gw_sbx *sandboxes;
 	bool exit_when_idle;
 	int ctl;
@@ -685,10 +689,29 @@ static void dns_cb(int result, struct evutil_addrinfo *res, void *ud)
 	upstream_connect(c, (struct sockaddr *)&ss, sl);
 }
 
+/* The system's trust anchors join the store when TLS upstream is first needed. */
+static void load_system_bundle(struct gw_engine *e)
+{
+	BIO *bio = BIO_new_mem_buf(e->bundle, (int)e->bundle_len);
+	if (bio) {
+		X509 *x;
+		while ((x = PEM_read_bio_X509(bio, NULL, NULL, NULL))) {
+			X509_STORE_add_cert(e->store, x);
+			X509_free(x);
+		}
+		BIO_free(bio);
+	}
+	ERR_clear_error(); /* the end of the data reads as an error */
+	free(e->bundle);
+	e->bundle = NULL;
+}
+
 static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_t len)
 {
 	struct gw_engine *e = c->e;
 	int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+	if (c->up_tls && e->bundle)
+		load_system_bundle(e);
 	if (c->up_tls) {
 		SSL *ssl = SSL_new(e->up_ctx);
 		if (!ssl) {
@@ -1922,6 +1945,9 @@ int gw_engine_new(const struct gw_engine_opts *o, struct gw_engine **ret, struct
 		return al_error_set(err, -ENOMEM, "out of memory");
 	e->cfg = o->cfg;
 	e->policy = o->cfg->policy;
+	e->bundle = o->system_bundle;
+	e->bundle_len = o->system_bundle_len;
+	e->store = o->upstream_store;
 	e->vault = o->vault;
 	e->ca = o->ca;
 	e->exit_when_idle = o->exit_when_idle;
@@ -2000,5 +2026,6 @@ void gw_engine_free(struct gw_engine *e)
 	gw_vault_free(e->vault);
 	gw_ca_free(e->ca);
 	gw_policy_free(e->owned_policy);
+	free(e->bundle);
 	free(e);
 }

@@ -187,6 +187,13 @@ static void test_post_chunked(void **state)
 static void test_connect(void **state)
 {
 	struct gw_http_request req;
+	/* HTTP/1.0 clients (urllib, pip) send CONNECT and absolute-form
+	 * without Host; origin-form still needs it, and so does HTTP/1.1. */
+	ok("CONNECT example.com:443 HTTP/1.0\r\n\r\n", &req);
+	assert_int_equal(req.host.len, 0);
+	ok("GET http://example.com/ HTTP/1.0\r\n\r\n", &req);
+	assert_int_equal(gw_http_parse_request("GET / HTTP/1.0\r\n\r\n", 18, NULL), -400);
+	assert_int_equal(gw_http_parse_request("CONNECT a:1 HTTP/1.1\r\n\r\n", 24, NULL), -400);
 	ok("CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", &req);
 	assert_int_equal(req.form, GW_FORM_AUTHORITY);
 	span_is(req.authority, "example.com:443");
