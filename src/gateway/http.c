@@ -244,6 +244,12 @@ static int parse_connection(struct http_parse *st, struct gw_span v)
 			continue;
 		if (!is_token(e))
 			return HTTP_BAD;
+		/* A field the framing or routing rests on cannot be made
+		 * hop-by-hop: a proxy dropping it would pass a body on as the
+		 * next request (smuggling). */
+		if (gw_span_eq_ci(e, "content-length") || gw_span_eq_ci(e, "transfer-encoding") ||
+		    gw_span_eq_ci(e, "host"))
+			return HTTP_BAD;
 		if (gw_span_eq_ci(e, "close"))
 			st->req.connection_close = true;
 		else if (gw_span_eq_ci(e, "upgrade"))

@@ -98,9 +98,11 @@ static int install_seccomp(void)
 		}
 	if (rc == 0)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
-	/* Sockets: Unix, IPv4 and IPv6 only (no netlink, packet, vsock...). */
+	/* New sockets: IPv4 and IPv6 only — no netlink, packet, vsock, and no
+	 * AF_UNIX (the host's abstract sockets, D-Bus...); socketpair(2) is
+	 * separate and reaches nothing. */
 	for (int fam = 0; rc == 0 && fam < 64; fam++)
-		if (fam != AF_UNIX && fam != AF_INET && fam != AF_INET6) {
+		if (fam != AF_INET && fam != AF_INET6) {
 			struct scmp_arg_cmp a = { .arg = 0, .op = SCMP_CMP_EQ,
 						  .datum_a = (uint64_t)fam, .datum_b = 0 };
 			rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT),
@@ -110,6 +112,29 @@ static int install_seccomp(void)
 		struct scmp_arg_cmp a = { .arg = 0, .op = SCMP_CMP_GE, .datum_a = 64, .datum_b = 0 };
 		rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 1,
 					    &a);
+	}
+	/* Signals to itself only: gateways share a uid, and one must not be
+	 * able to stop another's sandboxes. */
+	pid_t self = getpid();
+	if (rc == 0) {
+		struct scmp_arg_cmp a = { .arg = 0, .op = SCMP_CMP_NE, .datum_a = (uint64_t)self,
+					  .datum_b = 0 };
+		rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(kill), 1, &a);
+		if (rc == 0)
+			rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tgkill), 1,
+						    &a);
+		if (rc == 0)
+			rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM),
+						    SCMP_SYS(rt_tgsigqueueinfo), 1, &a);
+		if (rc == 0)
+			rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM),
+						    SCMP_SYS(rt_sigqueueinfo), 1, &a);
+	}
+	static const char *const no_signals[] = { "tkill", "pidfd_send_signal", "pidfd_open" };
+	for (size_t i = 0; i < ARRAY_SIZE(no_signals) && rc == 0; i++) {
+		int nr = seccomp_syscall_resolve_name(no_signals[i]);
+		if (nr != __NR_SCMP_ERROR)
+			rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
 	}
 	if (rc == 0)
 		rc = seccomp_load(ctx);

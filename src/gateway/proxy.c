@@ -122,6 +122,10 @@ struct conn {
 	uint16_t tunnel_port;
 	char sni[GW_HOST_MAX + 3];
 	struct event *timer;
+	struct event *kick_up;     /* moves buffered upstream bytes on (after a pause) */
+	struct event *kick_client; /* moves buffered client bytes on */
+	unsigned hold;             /* callers up the stack still use it */
+	bool dead;                 /* freed while held: goes when the last hold does */
 	bool head_started;
 
 	/* The request under way. */
@@ -165,6 +169,8 @@ struct conn {
 };
 
 static void conn_free(struct conn *c);
+static void conn_hold(struct conn *c);
+static bool conn_release(struct conn *c);
 static void client_read_cb(struct bufferevent *bev, void *ud);
 static void client_write_cb(struct bufferevent *bev, void *ud);
 static void client_event_cb(struct bufferevent *bev, short what, void *ud);
@@ -262,6 +268,9 @@ static void budget_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
 				bufferevent_enable(c->cbev, EV_READ);
 			if (c->ubev)
 				bufferevent_enable(c->ubev, EV_READ);
+			/* From the loop, not from inside this buffer's callback. */
+			event_active(c->kick_up, EV_TIMEOUT, 0);
+			event_active(c->kick_client, EV_TIMEOUT, 0);
 		}
 	}
 }
@@ -587,8 +596,18 @@ static void build_upstream_head(struct conn *c, const struct gw_http_request *re
 		replaced = cred->name;
 	else if (cred && cred->kind == GW_CRED_BASIC)
 		replaced = "authorization";
+	/* Where the request goes and how its body is framed are written by
+	 * us from what we parsed and decided, never copied. */
+	evbuffer_add_printf(out, "Host: %s", c->host);
+	if (c->port != (c->ctls ? 443 : 80))
+		evbuffer_add_printf(out, ":%u", (unsigned)c->port);
+	evbuffer_add(out, "\r\n", 2);
+	if (req->body == GW_BODY_LENGTH)
+		evbuffer_add_printf(out, "Content-Length: %" PRIu64 "\r\n", req->content_length);
 	for (size_t i = 0; i < req->n_fields; i++) {
 		const struct gw_http_field *f = &req->fields[i];
+		if (gw_span_eq_ci(f->name, "host") || gw_span_eq_ci(f->name, "content-length"))
+			continue;
 		if (is_hop_by_hop(f->name, tokens, n_tokens))
 			continue;
 		if (replaced && gw_span_eq_ci(f->name, replaced))
@@ -1165,9 +1184,14 @@ static void client_write_cb(struct bufferevent *bev, void *ud)
 			conn_free(c);
 		return;
 	}
-	/* Drained below the low-water mark: the upstream may send again. */
-	if (c->ubev && !c->paused)
+	/* Drained below the low-water mark: the upstream may send again, and
+	 * what it sent while we were paused moves on now (no new byte may
+	 * come to wake us). */
+	if (c->ubev && !c->paused) {
 		bufferevent_enable(c->ubev, EV_READ);
+		if (evbuffer_get_length(bufferevent_get_input(c->ubev)) > 0)
+			event_active(c->kick_up, EV_TIMEOUT, 0);
+	}
 }
 
 static void client_event_cb(struct bufferevent *bev, short what, void *ud)
@@ -1215,11 +1239,25 @@ static int add_redacted(const char *p, size_t n, void *ud)
 static void write_response_head(struct conn *c, const struct gw_http_response *res, const char *raw)
 {
 	struct evbuffer *out = bufferevent_get_output(c->cbev);
-	/* The status line as received (code and reason). */
+	/* The status line: the code and the reason as received, the reason
+	 * through the redactor when a credential went out. */
 	const char *eol = memchr(raw, '\r', res->head_len);
 	size_t sl = eol ? (size_t)(eol - raw) : 0;
-	evbuffer_add(out, "HTTP/1.1", 8);
-	evbuffer_add(out, raw + 8, sl - 8);
+	evbuffer_add_printf(out, "HTTP/1.1 %03d", res->status);
+	if (sl > 12) {
+		if (c->red) {
+			struct gw_redactor *r = NULL;
+			if (gw_redactor_new(c->e->vault, &r) == 0) {
+				gw_redact(r, raw + 12, sl - 12, add_redacted, out);
+				gw_redact_finish(r, add_redacted, out);
+				gw_redactor_free(r);
+			}
+		} else {
+			evbuffer_add(out, raw + 12, sl - 12);
+		}
+	} else {
+		evbuffer_add(out, " ", 1);
+	}
 	evbuffer_add(out, "\r\n", 2);
 	struct gw_span tokens[32];
 	size_t n_tokens = connection_tokens(res->fields, res->n_fields, tokens, 32);
@@ -1230,7 +1268,9 @@ static void write_response_head(struct conn *c, const struct gw_http_response *r
 			continue;
 		if (switching && (gw_span_eq_ci(f->name, "connection") || gw_span_eq_ci(f->name, "upgrade")))
 			continue;
-		if ((c->rechunk || c->unframed) && gw_span_eq_ci(f->name, "content-length"))
+		/* The body's framing is ours to write (below), from what was
+		 * parsed; a bodiless response keeps its Content-Length (HEAD). */
+		if (res->body != GW_BODY_NONE && gw_span_eq_ci(f->name, "content-length"))
 			continue;
 		evbuffer_add(out, f->name.p, f->name.len);
 		evbuffer_add(out, ": ", 2);
@@ -1258,6 +1298,9 @@ static void write_response_head(struct conn *c, const struct gw_http_response *r
 	} else if (res->status >= 200) {
 		if (c->rechunk || (res->body == GW_BODY_CHUNKED && !c->unframed))
 			evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+		else if (res->body == GW_BODY_LENGTH && !c->unframed)
+			evbuffer_add_printf(out, "Content-Length: %" PRIu64 "\r\n",
+					    res->content_length);
 		evbuffer_add_printf(out, "Connection: %s\r\n", c->close_after ? "close" : "keep-alive");
 	}
 	evbuffer_add(out, "\r\n", 2);
@@ -1431,8 +1474,11 @@ static void up_write_cb(struct bufferevent *bev, void *ud)
 	struct conn *c = ud;
 	if (c->paused)
 		return;
-	if ((c->phase == P_FORWARD && !c->req_done) || c->phase == P_TUNNEL)
+	if ((c->phase == P_FORWARD && !c->req_done) || c->phase == P_TUNNEL) {
 		bufferevent_enable(c->cbev, EV_READ);
+		if (evbuffer_get_length(bufferevent_get_input(c->cbev)) > 0)
+			event_active(c->kick_client, EV_TIMEOUT, 0);
+	}
 }
 
 static void up_event_cb(struct bufferevent *bev, short what, void *ud)
@@ -1449,8 +1495,11 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 	/* A response that ends with the connection. */
 	if ((what & BEV_EVENT_EOF) && c->phase == P_FORWARD && c->resp_head_done &&
 	    c->resp_body == GW_BODY_CLOSE) {
+		conn_hold(c);
 		pump_response(c);
-		if (c->phase == P_FORWARD) {
+		if (!conn_release(c))
+			return;
+		if (c->phase == P_FORWARD && c->ubev) {
 			bev_free(c->ubev);
 			c->ubev = NULL;
 			c->close_after = true;
@@ -1459,7 +1508,10 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 		return;
 	}
 	if (c->phase == P_TUNNEL) {
+		conn_hold(c);
 		pump_response(c);
+		if (!conn_release(c))
+			return;
 		bev_free(c->ubev);
 		c->ubev = NULL;
 		close_when_flushed(c);
@@ -1497,8 +1549,11 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 	}
 	if (c->phase == P_FORWARD && !c->resp_done) {
 		/* Cut off in the middle of a framed body: the client must see
-		 * it cut off too. */
+		 * it cut off too — unless the bytes we still held end it. */
+		conn_hold(c);
 		pump_response(c);
+		if (!conn_release(c) || c->phase != P_FORWARD || c->resp_done)
+			return;
 		snprintf(c->reason, sizeof(c->reason), "upstream closed mid-response");
 		audit(c, "allow");
 		conn_free(c);
@@ -1511,9 +1566,42 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 
 /* ---- connections ---- */
 
+static void conn_hold(struct conn *c)
+{
+	c->hold++;
+}
+
+/* Whether c is still there to use after a call that may have freed it. */
+static bool conn_release(struct conn *c)
+{
+	c->hold--;
+	if (c->dead) {
+		if (c->hold == 0)
+			conn_free(c);
+		return false;
+	}
+	return true;
+}
+
 static void conn_free(struct conn *c)
 {
 	struct gw_sbx *s = c->s;
+	if (c->hold) {
+		/* Someone up the stack still looks at it: stop everything now,
+		 * free when they are done. */
+		c->dead = true;
+		if (c->cbev)
+			bufferevent_disable(c->cbev, EV_READ | EV_WRITE);
+		if (c->ubev)
+			bufferevent_disable(c->ubev, EV_READ | EV_WRITE);
+		if (c->timer)
+			evtimer_del(c->timer);
+		if (c->kick_up)
+			event_del(c->kick_up);
+		if (c->kick_client)
+			event_del(c->kick_client);
+		return;
+	}
 	if (c->paused) {
 		for (struct conn **pp = &c->e->paused; *pp; pp = &(*pp)->paused_next)
 			if (*pp == c) {
@@ -1527,6 +1615,10 @@ static void conn_free(struct conn *c)
 	bev_free(c->cbev);
 	if (c->timer)
 		event_free(c->timer);
+	if (c->kick_up)
+		event_free(c->kick_up);
+	if (c->kick_client)
+		event_free(c->kick_client);
 	if (c->pending)
 		evbuffer_free(c->pending);
 	if (c->retry)
@@ -1598,6 +1690,21 @@ static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
 	return SSL_TLSEXT_ERR_NOACK;
 }
 
+static void kick_up_cb(evutil_socket_t fd, short what, void *ud)
+{
+	struct conn *c = ud;
+	if (c->ubev && (c->phase == P_FORWARD || c->phase == P_TUNNEL) &&
+	    evbuffer_get_length(bufferevent_get_input(c->ubev)) > 0)
+		pump_response(c);
+}
+
+static void kick_client_cb(evutil_socket_t fd, short what, void *ud)
+{
+	struct conn *c = ud;
+	if (evbuffer_get_length(bufferevent_get_input(c->cbev)) > 0)
+		process_client(c);
+}
+
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
 		      void *ud)
 {
@@ -1620,6 +1727,8 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	c->s = s;
 	c->kind = kind;
 	c->timer = evtimer_new(e->base, timer_cb, c);
+	c->kick_up = event_new(e->base, -1, 0, kick_up_cb, c);
+	c->kick_client = event_new(e->base, -1, 0, kick_client_cb, c);
 	c->pending = evbuffer_new();
 	int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
 	if (kind == CK_HTTPS) {
@@ -1641,7 +1750,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 		s->conns->prev = c;
 	s->conns = c;
 	s->n_conns++;
-	if (!c->cbev || !c->timer || !c->pending) {
+	if (!c->cbev || !c->timer || !c->pending || !c->kick_up || !c->kick_client) {
 		if (!c->cbev)
 			close(fd);
 		conn_free(c);

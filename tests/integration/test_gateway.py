@@ -689,6 +689,12 @@ def smuggling_cases(url, host):
     add("bare-cr", lambda r, r2: post(r, "X-A: a\rContent-Length: 0\r\n"))
     add("two-hosts", lambda r, r2: f"GET {url}?rid={r} HTTP/1.1\r\nHost: {host}\r\nHost: {host}\r\n\r\n")
     add("nul-in-header", lambda r, r2: post(r, "X-A: a\x00b\r\nContent-Length: 0\r\n"))
+    # Framing or routing fields declared hop-by-hop: a proxy that dropped
+    # Content-Length would pass the body on as the next request.
+    for tok in ("content-length", "Content-Length", "close, content-length", "transfer-encoding",
+                "host"):
+        add(f"connection-{tok}", lambda r, r2, tok=tok: post(
+            r, f"Connection: {tok}\r\nContent-Length: {len(inner(r2))}\r\n", inner(r2)))
     return cases
 
 
