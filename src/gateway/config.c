@@ -439,6 +439,30 @@ static int parse_extras(const struct config_doc *doc, struct gw_config *cfg, str
 			cfg->n_hosts = i + 1;
 		}
 	}
+	if ((n = config_map_get(root, "limits"))) {
+		rc = config_expect_kind(n, "limits", CONFIG_MAP, err);
+		if (rc < 0)
+			return rc;
+		static const char *const keys[] = { "head_timeout", "idle_timeout", "connect_timeout",
+						    "upstream_timeout", "write_timeout", NULL };
+		rc = config_map_check_keys(n, "limits", keys, err);
+		if (rc < 0)
+			return rc;
+		uint64_t *dst[] = { &cfg->head_ms, &cfg->idle_ms, &cfg->connect_ms, &cfg->upstream_ms,
+				    &cfg->write_ms };
+		for (size_t i = 0; keys[i]; i++) {
+			const struct config_node *v = config_map_get(n, keys[i]);
+			if (!v)
+				continue;
+			uint64_t ms;
+			rc = config_get_duration(v, NULL, &ms, err);
+			if (rc < 0)
+				return rc;
+			if (ms < 100 || ms > 24ull * 3600 * 1000)
+				return config_error(v, NULL, err, "expected 100ms to 24h");
+			*dst[i] = ms;
+		}
+	}
 	if ((n = config_map_get(root, "allow_cidrs"))) {
 		rc = config_expect_kind(n, "allow_cidrs", CONFIG_SEQ, err);
 		if (rc < 0)
@@ -467,6 +491,11 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 	if (!cfg)
 		return al_error_set(err, -ENOMEM, "out of memory");
 	cfg->mode = o->mode;
+	cfg->head_ms = 10 * 1000;
+	cfg->idle_ms = 60 * 1000;
+	cfg->connect_ms = 10 * 1000;
+	cfg->upstream_ms = 300 * 1000;
+	cfg->write_ms = 60 * 1000;
 	snprintf(cfg->label, sizeof(cfg->label), "%s", o->label ? o->label : "airlock");
 	int rc;
 	if (o->policy_file) {
@@ -475,7 +504,7 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 		if (rc < 0)
 			return rc;
 		static const char *const extra[] = { "credentials", "upstreams", "hosts",
-						     "allow_cidrs", NULL };
+						     "allow_cidrs", "limits", NULL };
 		rc = gw_policy_from_doc(doc, extra, 1, &cfg->policy, err);
 		if (rc < 0)
 			return rc;

@@ -67,6 +67,12 @@ struct gw_config {
 	char **ca_files;
 	size_t n_ca_files;
 	char *vault_file;
+	/* limits: (milliseconds) */
+	uint64_t head_ms;     /* a request head's first byte to its end */
+	uint64_t idle_ms;     /* a client connection without a request */
+	uint64_t connect_ms;  /* connecting (and TLS) to an upstream */
+	uint64_t upstream_ms; /* upstream silence while we wait for it */
+	uint64_t write_ms;    /* a client or upstream that does not take our bytes */
 };
 
 /* config.c */

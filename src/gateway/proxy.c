@@ -54,11 +54,12 @@
 #define CONN_HIGH_WATER (256 * 1024)  /* per direction, then the other side pauses */
 #define GLOBAL_BUDGET (64ull << 20)   /* bytes queued in all output buffers */
 #define MAX_CONNS_PER_SANDBOX 4096
-#define HEAD_DEADLINE_S 10            /* from a head's first byte to its end */
-#define IDLE_TIMEOUT_S 60             /* no request on a client connection */
-#define UPSTREAM_CONNECT_S 10
-#define UPSTREAM_IDLE_S 300           /* no byte from the upstream while we wait */
-#define CLIENT_WRITE_S 60             /* a client that stops reading */
+/* Timeouts come from the configuration (limits:, see config.c). */
+#define HEAD_DEADLINE_MS (c->e->cfg->head_ms)
+#define IDLE_TIMEOUT_MS (c->e->cfg->idle_ms)
+#define UPSTREAM_CONNECT_MS (c->e->cfg->connect_ms)
+#define UPSTREAM_IDLE_MS (c->e->cfg->upstream_ms)
+#define CLIENT_WRITE_MS (c->e->cfg->write_ms)
 #define SANDBOX_ID_MAX 64
 
 struct gw_sbx;
@@ -178,7 +179,7 @@ static void up_read_cb(struct bufferevent *bev, void *ud);
 static void up_write_cb(struct bufferevent *bev, void *ud);
 static void up_event_cb(struct bufferevent *bev, short what, void *ud);
 static void process_client(struct conn *c);
-static void arm_timer(struct conn *c, int seconds);
+static void arm_timer(struct conn *c, uint64_t ms);
 
 /* ---- small helpers ---- */
 
@@ -351,8 +352,8 @@ static void close_when_flushed(struct conn *c)
 		conn_free(c);
 		return;
 	}
-	/* Bounded: a client that never reads goes after CLIENT_WRITE_S. */
-	arm_timer(c, CLIENT_WRITE_S);
+	/* Bounded: a client that never reads goes after CLIENT_WRITE_MS. */
+	arm_timer(c, CLIENT_WRITE_MS);
 }
 
 /* Answers with status and reason (plain text), audits, and closes or goes on. */
@@ -390,7 +391,7 @@ static void respond_error(struct conn *c, int status, const char *reason, bool k
 	/* Next request on this connection. */
 	c->phase = P_HEAD;
 	c->head_started = false;
-	arm_timer(c, IDLE_TIMEOUT_S);
+	arm_timer(c, IDLE_TIMEOUT_MS);
 	process_client(c);
 }
 
@@ -429,9 +430,14 @@ static void reset_request(struct conn *c)
 		evbuffer_drain(c->pending, evbuffer_get_length(c->pending));
 }
 
-static void arm_timer(struct conn *c, int seconds)
+static struct timeval ms_tv(uint64_t ms)
 {
-	struct timeval tv = { .tv_sec = seconds };
+	return (struct timeval){ .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+}
+
+static void arm_timer(struct conn *c, uint64_t ms)
+{
+	struct timeval tv = ms_tv(ms);
 	evtimer_add(c->timer, &tv);
 }
 
@@ -761,7 +767,7 @@ static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_
 	c->up_connected = false;
 	bufferevent_setcb(c->ubev, up_read_cb, up_write_cb, up_event_cb, c);
 	watch_output(e, c->ubev);
-	struct timeval rt = { .tv_sec = UPSTREAM_IDLE_S }, wt = { .tv_sec = UPSTREAM_CONNECT_S };
+	struct timeval rt = ms_tv(UPSTREAM_IDLE_MS), wt = ms_tv(UPSTREAM_CONNECT_MS);
 	bufferevent_set_timeouts(c->ubev, &rt, &wt);
 	bufferevent_setwatermark(c->ubev, EV_WRITE, CONN_HIGH_WATER / 2, 0);
 	bufferevent_setwatermark(c->ubev, EV_READ, 0, CONN_HIGH_WATER);
@@ -931,7 +937,7 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		bufferevent_setwatermark(tls, EV_READ, 0, CONN_HIGH_WATER);
 		bufferevent_enable(tls, EV_READ | EV_WRITE);
 		c->phase = P_HEAD;
-		arm_timer(c, IDLE_TIMEOUT_S);
+		arm_timer(c, IDLE_TIMEOUT_MS);
 		return;
 	}
 
@@ -1114,7 +1120,7 @@ static void process_client(struct conn *c)
 			}
 			if (!c->head_started) {
 				c->head_started = true;
-				arm_timer(c, HEAD_DEADLINE_S);
+				arm_timer(c, HEAD_DEADLINE_MS);
 			}
 			size_t want = len < GW_HTTP_HEAD_MAX + 1 ? len : GW_HTTP_HEAD_MAX + 1;
 			const char *p = (const char *)evbuffer_pullup(in, (ssize_t)want);
@@ -1315,7 +1321,7 @@ static void finish_exchange(struct conn *c)
 	}
 	c->phase = P_HEAD;
 	reset_request(c);
-	arm_timer(c, IDLE_TIMEOUT_S);
+	arm_timer(c, IDLE_TIMEOUT_MS);
 	process_client(c);
 }
 
@@ -1486,7 +1492,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 	struct conn *c = ud;
 	if (what & BEV_EVENT_CONNECTED) {
 		c->up_connected = true;
-		struct timeval rt = { .tv_sec = UPSTREAM_IDLE_S }, wt = { .tv_sec = CLIENT_WRITE_S };
+		struct timeval rt = ms_tv(UPSTREAM_IDLE_MS), wt = ms_tv(CLIENT_WRITE_MS);
 		bufferevent_set_timeouts(bev, &rt, &wt);
 		int one = 1;
 		setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -1760,13 +1766,13 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	bufferevent_setcb(c->cbev, client_read_cb, client_write_cb, client_event_cb, c);
 	watch_output(e, c->cbev);
-	struct timeval wt = { .tv_sec = CLIENT_WRITE_S };
+	struct timeval wt = ms_tv(CLIENT_WRITE_MS);
 	bufferevent_set_timeouts(c->cbev, NULL, &wt);
 	bufferevent_setwatermark(c->cbev, EV_WRITE, CONN_HIGH_WATER / 2, 0);
 	bufferevent_setwatermark(c->cbev, EV_READ, 0, CONN_HIGH_WATER);
 	bufferevent_enable(c->cbev, EV_READ | EV_WRITE);
 	reset_request(c);
-	arm_timer(c, IDLE_TIMEOUT_S);
+	arm_timer(c, IDLE_TIMEOUT_MS);
 }
 
 /* ---- DNS stub ---- */
