@@ -61,6 +61,9 @@
 #define UPSTREAM_IDLE_MS (c->e->cfg->upstream_ms)
 #define CLIENT_WRITE_MS (c->e->cfg->write_ms)
 #define SANDBOX_ID_MAX 64
+#define POOL_MAX 64         /* idle upstream connections per sandbox */
+#define POOL_IDLE_S 30      /* then closed */
+#define SESSION_CACHE 64    /* upstream TLS sessions kept for resumption */
 
 struct gw_sbx;
 struct conn;
@@ -75,6 +78,11 @@ struct gw_engine {
 	struct gw_ca *ca;
 	SSL_CTX *srv_ctx, *up_ctx;
 	X509_STORE *store;       /* up_ctx's */
+	struct {
+		char key[GW_HOST_MAX + 10]; /* host:port */
+		SSL_SESSION *sess;
+	} sessions[SESSION_CACHE];
+	unsigned next_session;
 	char *bundle;            /* the system bundle, until first needed */
 	size_t bundle_len;
 	struct gw_sbx *sandboxes;
@@ -95,7 +103,19 @@ struct gw_sbx {
 	struct evconnlistener *control; /* root's socket for policy changes */
 	struct conn *conns;
 	size_t n_conns;
+	struct pooled *pool; /* idle upstream connections, this sandbox's only */
+	size_t n_pool;
 	struct gw_sbx *next;
+};
+
+/* An idle kept-alive upstream connection waiting for its next request. */
+struct pooled {
+	struct gw_sbx *s;
+	struct bufferevent *bev;
+	char host[GW_HOST_MAX + 3];
+	uint16_t port;
+	bool tls;
+	struct pooled *next;
 };
 
 enum conn_kind { CK_PROXY = 0, CK_HTTP, CK_HTTPS };
@@ -154,6 +174,7 @@ struct conn {
 	uint64_t resp_left;
 	struct gw_chunked resp_ch;
 	struct gw_redactor *red;
+	struct evbuffer *acc;      /* response bytes gathered, written to the client at once */
 	bool rechunk, unframed, close_after;
 	bool reused;               /* this exchange went on a kept-alive upstream connection */
 	struct evbuffer *retry;    /* its head, to resend once on a fresh connection */
@@ -309,7 +330,97 @@ static void watch_output(struct gw_engine *e, struct bufferevent *bev)
 	evbuffer_add_cb(bufferevent_get_output(bev), budget_cb, e);
 }
 
+/* ---- idle upstream connections ---- */
+
+static void pooled_free(struct pooled *p)
+{
+	struct gw_sbx *s = p->s;
+	for (struct pooled **pp = &s->pool; *pp; pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	s->n_pool--;
+	bev_free(p->bev);
+	free(p);
+}
+
+/* Anything from an idle upstream (bytes, EOF, error, idle timeout) ends it. */
+static void pooled_read_cb(struct bufferevent *bev, void *ud)
+{
+	pooled_free(ud);
+}
+
+static void pooled_event_cb(struct bufferevent *bev, short what, void *ud)
+{
+	pooled_free(ud);
+}
+
+/* Keeps c's upstream connection for a later client connection of the same
+ * sandbox, when its last exchange ended cleanly; frees it otherwise. */
+static void release_upstream(struct conn *c)
+{
+	struct bufferevent *bev = c->ubev;
+	if (!bev)
+		return;
+	c->ubev = NULL;
+	bool clean = c->up_reusable && c->up_connected && (c->resp_done || !c->method[0]) &&
+		     evbuffer_get_length(bufferevent_get_input(bev)) == 0 &&
+		     evbuffer_get_length(bufferevent_get_output(bev)) == 0;
+	struct pooled *p = clean && c->s->n_pool < POOL_MAX ? calloc(1, sizeof(*p)) : NULL;
+	if (!p) {
+		bev_free(bev);
+		return;
+	}
+	p->s = c->s;
+	p->bev = bev;
+	snprintf(p->host, sizeof(p->host), "%s", c->up_host);
+	p->port = c->up_port;
+	p->tls = c->up_tls;
+	p->next = c->s->pool;
+	c->s->pool = p;
+	c->s->n_pool++;
+	bufferevent_setcb(bev, pooled_read_cb, NULL, pooled_event_cb, p);
+	struct timeval rt = { .tv_sec = POOL_IDLE_S };
+	bufferevent_set_timeouts(bev, &rt, NULL);
+	bufferevent_enable(bev, EV_READ);
+}
+
+/* An idle upstream connection to host:port, taken out of the pool. */
+static struct bufferevent *pool_take(struct gw_sbx *s, const char *host, uint16_t port, bool tls)
+{
+	for (struct pooled *p = s->pool; p; p = p->next)
+		if (p->port == port && p->tls == tls && strcmp(p->host, host) == 0) {
+			struct bufferevent *bev = p->bev;
+			p->bev = NULL;
+			for (struct pooled **pp = &s->pool; *pp; pp = &(*pp)->next)
+				if (*pp == p) {
+					*pp = p->next;
+					break;
+				}
+			s->n_pool--;
+			free(p);
+			return bev;
+		}
+	return NULL;
+}
+
 /* ---- responses of our own ---- */
+
+/*
+ * Hands the gathered response bytes to the client's buffer in one piece:
+ * a TLS bufferevent writes one record per buffer chain, so a head and a
+ * small body made of many small adds would go out as a dozen records.
+ */
+static void flush_acc(struct conn *c)
+{
+	size_t len = evbuffer_get_length(c->acc);
+	if (!len)
+		return;
+	if (len <= 16384)
+		evbuffer_pullup(c->acc, -1);
+	bufferevent_write_buffer(c->cbev, c->acc);
+}
 
 static bool client_flushed(struct conn *c)
 {
@@ -331,11 +442,9 @@ static void closing_drain_cb(struct evbuffer *buf, const struct evbuffer_cb_info
 
 static void close_when_flushed(struct conn *c)
 {
+	flush_acc(c);
 	c->phase = P_CLOSING;
-	if (c->ubev) {
-		bev_free(c->ubev);
-		c->ubev = NULL;
-	}
+	release_upstream(c);
 	if (c->dns_req) {
 		evdns_getaddrinfo_cancel(c->dns_req);
 		c->dns_req = NULL;
@@ -714,6 +823,54 @@ static void dns_cb(int result, struct evutil_addrinfo *res, void *ud)
 	upstream_connect(c, (struct sockaddr *)&ss, sl);
 }
 
+/* ---- upstream TLS sessions: resumed for the same host:port ---- */
+
+static int session_key_idx = -1;
+
+static void free_session_key(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+			     void *argp)
+{
+	free(ptr);
+}
+
+static int new_session_cb(SSL *ssl, SSL_SESSION *sess)
+{
+	struct gw_engine *e = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
+	const char *key = SSL_get_ex_data(ssl, session_key_idx);
+	if (!e || !key)
+		return 0;
+	unsigned slot = e->next_session;
+	for (unsigned i = 0; i < SESSION_CACHE; i++)
+		if (e->sessions[i].sess && strcmp(e->sessions[i].key, key) == 0) {
+			slot = i;
+			break;
+		}
+	if (slot == e->next_session)
+		e->next_session = (e->next_session + 1) % SESSION_CACHE;
+	if (e->sessions[slot].sess)
+		SSL_SESSION_free(e->sessions[slot].sess);
+	snprintf(e->sessions[slot].key, sizeof(e->sessions[slot].key), "%s", key);
+	e->sessions[slot].sess = sess;
+	return 1; /* the reference is ours now */
+}
+
+static void session_attach(struct gw_engine *e, SSL *ssl, const char *host, uint16_t port)
+{
+	char key[GW_HOST_MAX + 10];
+	snprintf(key, sizeof(key), "%s:%u", host, (unsigned)port);
+	char *k = strdup(key);
+	if (!k || !SSL_set_ex_data(ssl, session_key_idx, k)) {
+		free(k);
+		return;
+	}
+	for (unsigned i = 0; i < SESSION_CACHE; i++)
+		if (e->sessions[i].sess && strcmp(e->sessions[i].key, key) == 0) {
+			if (SSL_SESSION_is_resumable(e->sessions[i].sess))
+				SSL_set_session(ssl, e->sessions[i].sess);
+			break;
+		}
+}
+
 /* The system's trust anchors join the store when TLS upstream is first needed. */
 static void load_system_bundle(struct gw_engine *e)
 {
@@ -755,6 +912,7 @@ static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_
 			SSL_set_tlsext_host_name(ssl, c->up_host);
 			SSL_set1_host(ssl, c->up_host);
 		}
+		session_attach(e, ssl, c->up_host, c->up_port);
 		c->ubev = bufferevent_openssl_socket_new(e->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
 							 opts);
 	} else {
@@ -809,6 +967,19 @@ static void upstream_start(struct conn *c)
 	c->up_port = c->port;
 	c->up_tls = c->ctls;
 	c->up_reusable = false;
+	/* An idle connection to the same upstream, left by an earlier client
+	 * connection of this sandbox: no new TCP or TLS handshake. */
+	struct bufferevent *pooled = pool_take(c->s, c->host, c->port, c->ctls);
+	if (pooled) {
+		c->ubev = pooled;
+		c->up_connected = true;
+		c->up_reusable = true;
+		bufferevent_setcb(pooled, up_read_cb, up_write_cb, up_event_cb, c);
+		struct timeval rt = ms_tv(UPSTREAM_IDLE_MS), wt = ms_tv(CLIENT_WRITE_MS);
+		bufferevent_set_timeouts(pooled, &rt, &wt);
+		upstream_start(c);
+		return;
+	}
 	const struct gw_upstream *u = gw_config_upstream(cfg, c->host, c->port);
 	if (u) {
 		/* The operator's own routing: not vetted. */
@@ -1101,9 +1272,10 @@ static void pump_request_body(struct conn *c)
 		evbuffer_remove_buffer(in, out, take);
 		c->bytes_up += take;
 	}
-	if (c->req_done)
-		bufferevent_disable(c->cbev, EV_READ);
-	else
+	/* Once the body is in, the connection stays readable: bytes of a
+	 * next request wait in the input buffer (bounded by its watermark)
+	 * until this exchange is over, without an epoll change per request. */
+	if (!c->req_done)
 		bufferevent_enable(c->cbev, EV_READ);
 }
 
@@ -1147,7 +1319,6 @@ static void process_client(struct conn *c)
 					      false);
 				return;
 			}
-			bufferevent_disable(c->cbev, EV_READ);
 			handle_request(c, req);
 			free(req);
 			return;
@@ -1218,7 +1389,7 @@ static void client_event_cb(struct bufferevent *bev, short what, void *ud)
 static int emit_chunk(const char *p, size_t n, void *ud)
 {
 	struct conn *c = ud;
-	struct evbuffer *out = bufferevent_get_output(c->cbev);
+	struct evbuffer *out = c->acc;
 	if (n == 0)
 		return 0;
 	if (c->rechunk)
@@ -1244,7 +1415,7 @@ static int add_redacted(const char *p, size_t n, void *ud)
 
 static void write_response_head(struct conn *c, const struct gw_http_response *res, const char *raw)
 {
-	struct evbuffer *out = bufferevent_get_output(c->cbev);
+	struct evbuffer *out = c->acc;
 	/* The status line: the code and the reason as received, the reason
 	 * through the redactor when a credential went out. */
 	const char *eol = memchr(raw, '\r', res->head_len);
@@ -1314,6 +1485,7 @@ static void write_response_head(struct conn *c, const struct gw_http_response *r
 
 static void finish_exchange(struct conn *c)
 {
+	flush_acc(c);
 	audit(c, "allow");
 	if (c->close_after || c->req_close || !c->req_done) {
 		close_when_flushed(c);
@@ -1330,17 +1502,18 @@ static void response_body_done(struct conn *c)
 	if (c->red) {
 		gw_redact_finish(c->red, emit_chunk, c);
 		if (c->rechunk)
-			evbuffer_add(bufferevent_get_output(c->cbev), "0\r\n\r\n", 5);
+			evbuffer_add(c->acc, "0\r\n\r\n", 5);
 	}
 	c->resp_done = true;
 	finish_exchange(c);
 }
 
-/* Moves response bytes from the upstream to the client. */
-static void pump_response(struct conn *c)
+/* Moves response bytes from the upstream to the client (through acc). */
+static void pump_response_inner(struct conn *c)
 {
 	struct evbuffer *in = bufferevent_get_input(c->ubev);
 	struct evbuffer *out = bufferevent_get_output(c->cbev);
+	struct evbuffer *acc = c->acc;
 	while (c->phase == P_FORWARD && !c->resp_head_done) {
 		size_t len = evbuffer_get_length(in);
 		if (len == 0)
@@ -1416,12 +1589,14 @@ static void pump_response(struct conn *c)
 			bufferevent_disable(c->ubev, EV_READ);
 			return;
 		}
+		flush_acc(c);
 		c->bytes_down += evbuffer_get_length(in);
 		evbuffer_add_buffer(out, in);
 		return;
 	}
 	while (c->phase == P_FORWARD && !c->resp_done && evbuffer_get_length(in) > 0) {
-		if (evbuffer_get_length(out) >= CONN_HIGH_WATER || over_budget(c)) {
+		if (evbuffer_get_length(out) + evbuffer_get_length(acc) >= CONN_HIGH_WATER ||
+		    over_budget(c)) {
 			bufferevent_disable(c->ubev, EV_READ);
 			return;
 		}
@@ -1455,7 +1630,13 @@ static void pump_response(struct conn *c)
 		}
 		if (c->red) {
 			evbuffer_drain(in, take);
+		} else if (take <= 16384) {
+			/* Small: copied next to the head, one TLS record. */
+			evbuffer_add(acc, v.iov_base, take);
+			evbuffer_drain(in, take);
+			c->bytes_down += take;
 		} else {
+			flush_acc(c);
 			evbuffer_remove_buffer(in, out, take);
 			c->bytes_down += take;
 		}
@@ -1464,6 +1645,14 @@ static void pump_response(struct conn *c)
 			return;
 		}
 	}
+}
+
+static void pump_response(struct conn *c)
+{
+	conn_hold(c);
+	pump_response_inner(c);
+	if (conn_release(c) && c->phase != P_CLOSING)
+		flush_acc(c);
 }
 
 static void up_read_cb(struct bufferevent *bev, void *ud)
@@ -1617,7 +1806,7 @@ static void conn_free(struct conn *c)
 	}
 	if (c->dns_req)
 		evdns_getaddrinfo_cancel(c->dns_req);
-	bev_free(c->ubev);
+	release_upstream(c);
 	bev_free(c->cbev);
 	if (c->timer)
 		event_free(c->timer);
@@ -1629,6 +1818,8 @@ static void conn_free(struct conn *c)
 		evbuffer_free(c->pending);
 	if (c->retry)
 		evbuffer_free(c->retry);
+	if (c->acc)
+		evbuffer_free(c->acc);
 	if (c->red)
 		gw_redactor_free(c->red);
 	free(c->path);
@@ -1736,6 +1927,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	c->kick_up = event_new(e->base, -1, 0, kick_up_cb, c);
 	c->kick_client = event_new(e->base, -1, 0, kick_client_cb, c);
 	c->pending = evbuffer_new();
+	c->acc = evbuffer_new();
 	int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
 	if (kind == CK_HTTPS) {
 		SSL *ssl = SSL_new(e->srv_ctx);
@@ -1756,7 +1948,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 		s->conns->prev = c;
 	s->conns = c;
 	s->n_conns++;
-	if (!c->cbev || !c->timer || !c->pending || !c->kick_up || !c->kick_client) {
+	if (!c->cbev || !c->timer || !c->pending || !c->acc || !c->kick_up || !c->kick_client) {
 		if (!c->cbev)
 			close(fd);
 		conn_free(c);
@@ -1819,6 +2011,8 @@ static void sandbox_free(struct gw_sbx *s)
 	struct gw_engine *e = s->e;
 	while (s->conns)
 		conn_free(s->conns);
+	while (s->pool)
+		pooled_free(s->pool);
 	for (int i = 0; i < 3; i++)
 		if (s->listeners[i])
 			evconnlistener_free(s->listeners[i]);
@@ -2086,6 +2280,7 @@ int gw_engine_new(const struct gw_engine_opts *o, struct gw_engine **ret, struct
 	SSL_CTX_set_options(e->srv_ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET |
 						SSL_OP_CIPHER_SERVER_PREFERENCE);
 	SSL_CTX_set_session_cache_mode(e->srv_ctx, SSL_SESS_CACHE_OFF);
+	SSL_CTX_set_num_tickets(e->srv_ctx, 0);
 	/* Idle connections keep no TLS record buffers. */
 	SSL_CTX_set_mode(e->srv_ctx, SSL_MODE_RELEASE_BUFFERS);
 	SSL_CTX_set_mode(e->up_ctx, SSL_MODE_RELEASE_BUFFERS);
@@ -2095,6 +2290,12 @@ int gw_engine_new(const struct gw_engine_opts *o, struct gw_engine **ret, struct
 	SSL_CTX_set_options(e->up_ctx, SSL_OP_NO_RENEGOTIATION);
 	SSL_CTX_set_verify(e->up_ctx, SSL_VERIFY_PEER, NULL);
 	SSL_CTX_set_cert_store(e->up_ctx, o->upstream_store);
+	if (session_key_idx < 0)
+		session_key_idx = SSL_get_ex_new_index(0, NULL, NULL, NULL, free_session_key);
+	SSL_CTX_set_app_data(e->up_ctx, e);
+	SSL_CTX_set_session_cache_mode(e->up_ctx,
+				       SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+	SSL_CTX_sess_set_new_cb(e->up_ctx, new_session_cb);
 	static const unsigned char alpn[] = "\x08http/1.1";
 	SSL_CTX_set_alpn_protos(e->up_ctx, alpn, sizeof(alpn) - 1);
 	*ret = e;
@@ -2136,6 +2337,9 @@ void gw_engine_free(struct gw_engine *e)
 		evdns_base_free(e->dns, 1);
 	SSL_CTX_free(e->srv_ctx);
 	SSL_CTX_free(e->up_ctx);
+	for (unsigned i = 0; i < SESSION_CACHE; i++)
+		if (e->sessions[i].sess)
+			SSL_SESSION_free(e->sessions[i].sess);
 	if (e->base)
 		event_base_free(e->base);
 	gw_vault_free(e->vault);
