@@ -52,6 +52,7 @@ demo: build
 bench: build
 	@scripts/deps.sh --bench
 	@bench/run.sh $(abspath $(AIRLOCK))
+	@bench/gateway.sh $(abspath $(AIRLOCK))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
