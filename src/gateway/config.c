@@ -569,22 +569,11 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 		}
 	}
 	if (o->vault_file) {
-		/* Checked now (permissions, syntax, every credential's secret
-		 * present) for a clear error; the values go again at once. */
-		struct gw_vault *v = NULL;
-		rc = gw_vault_load(o->vault_file, &v, err);
+		/* Only the file's kind, owner and mode here: the values are read
+		 * by the gateway process alone (its start fails when one is missing). */
+		rc = gw_vault_check_file(o->vault_file, err);
 		if (rc < 0)
 			return rc;
-		for (size_t i = 0; i < cfg->n_creds; i++) {
-			size_t len;
-			if (!gw_vault_get(v, cfg->creds[i].secret, &len)) {
-				gw_vault_free(v);
-				return al_error_set(err, -ENOENT,
-						    "credential %zu: the vault %s has no secret \"%s\"",
-						    i, o->vault_file, cfg->creds[i].secret);
-			}
-		}
-		gw_vault_free(v);
 		cfg->vault_file = strdup(o->vault_file);
 		if (!cfg->vault_file)
 			return al_error_set(err, -ENOMEM, "out of memory");
@@ -655,4 +644,17 @@ nomem:
 	env[n - 1] = NULL;
 	gw_env_free(env, n - 1);
 	return -ENOMEM;
+}
+
+int gw_config_check_vault(const struct gw_config *cfg, const struct gw_vault *v,
+			  struct al_error *err)
+{
+	for (size_t i = 0; i < cfg->n_creds; i++) {
+		size_t len;
+		if (!gw_vault_get(v, cfg->creds[i].secret, &len))
+			return al_error_set(err, -ENOENT,
+					    "credentials[%zu]: the vault %s has no secret \"%s\"", i,
+					    cfg->vault_file ? cfg->vault_file : "", cfg->creds[i].secret);
+	}
+	return 0;
 }

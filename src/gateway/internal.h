@@ -85,6 +85,10 @@ const struct gw_upstream *gw_config_upstream(const struct gw_config *cfg, const 
 const struct gw_static_host *gw_config_static_host(const struct gw_config *cfg,
 						   const char *host);
 
+/* Every credential's secret is in the vault (the gateway checks at start). */
+int gw_config_check_vault(const struct gw_config *cfg, const struct gw_vault *v,
+			  struct al_error *err);
+
 /* proxy.c: the event loop serving sandboxes. */
 struct gw_engine;
 struct gw_engine_opts {

@@ -215,8 +215,12 @@ static int prepare_engine(const struct gw_config *cfg, bool exit_when_idle,
 	int rc;
 	if (cfg->vault_file) {
 		rc = gw_vault_load(cfg->vault_file, &vault, err);
-		if (rc < 0)
+		if (rc == 0)
+			rc = gw_config_check_vault(cfg, vault, err);
+		if (rc < 0) {
+			gw_vault_free(vault);
 			return rc;
+		}
 	}
 	X509_STORE *store = NULL;
 	char *bundle = NULL;

@@ -191,11 +191,11 @@ int gw_vault_parse(const char *name, const char *text, size_t len, struct gw_vau
 	return parse_doc(doc, ret, err);
 }
 
-int gw_vault_load(const char *path, struct gw_vault **ret, struct al_error *err)
+/* Opens the vault file and checks what it is, without reading it. */
+static int open_checked(const char *path, struct al_error *err)
 {
 	/* O_NONBLOCK: a FIFO planted at the path must not hang the open. */
-	_cleanup_close_ int fd =
-		open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0) {
 		int e = -errno;
 		if (e == -ELOOP)
@@ -205,25 +205,46 @@ int gw_vault_load(const char *path, struct gw_vault **ret, struct al_error *err)
 		return al_error_set_errno(err, e, "%s: cannot open", path);
 	}
 	struct stat st;
+	int r = 0;
 	if (fstat(fd, &st) < 0)
-		return al_error_set_errno(err, -errno, "%s: cannot stat", path);
-	if (!S_ISREG(st.st_mode))
-		return al_error_set(err, -EPERM, "%s: not a regular file", path);
-	if (st.st_mode & 077)
-		return al_error_set(err, -EPERM,
-				    "%s: readable or writable by group or others (mode %04o); "
-				    "fix with: chmod 600 %s",
-				    path, (unsigned)(st.st_mode & 07777), path);
-	if (st.st_uid != geteuid())
-		return al_error_set(err, -EPERM,
-				    "%s: owned by uid %u, not by the gateway's uid %u; fix with: "
-				    "chown %u %s",
-				    path, (unsigned)st.st_uid, (unsigned)geteuid(),
-				    (unsigned)geteuid(), path);
-	if (st.st_size < 0 || (uint64_t)st.st_size > GW_VAULT_FILE_MAX)
-		return al_error_set(err, -EFBIG, "%s: larger than the limit of %u bytes", path,
-				    GW_VAULT_FILE_MAX);
+		r = al_error_set_errno(err, -errno, "%s: cannot stat", path);
+	else if (!S_ISREG(st.st_mode))
+		r = al_error_set(err, -EPERM, "%s: not a regular file", path);
+	else if (st.st_mode & 077)
+		r = al_error_set(err, -EPERM,
+				 "%s: readable or writable by group or others (mode %04o); "
+				 "fix with: chmod 600 %s",
+				 path, (unsigned)(st.st_mode & 07777), path);
+	else if (st.st_uid != geteuid())
+		r = al_error_set(err, -EPERM,
+				 "%s: owned by uid %u, not by the gateway's uid %u; fix with: "
+				 "chown %u %s",
+				 path, (unsigned)st.st_uid, (unsigned)geteuid(), (unsigned)geteuid(),
+				 path);
+	else if (st.st_size < 0 || (uint64_t)st.st_size > GW_VAULT_FILE_MAX)
+		r = al_error_set(err, -EFBIG, "%s: larger than the limit of %u bytes", path,
+				 GW_VAULT_FILE_MAX);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
+}
 
+int gw_vault_check_file(const char *path, struct al_error *err)
+{
+	int fd = open_checked(path, err);
+	if (fd < 0)
+		return fd;
+	close(fd);
+	return 0;
+}
+
+int gw_vault_load(const char *path, struct gw_vault **ret, struct al_error *err)
+{
+	_cleanup_close_ int fd = open_checked(path, err);
+	if (fd < 0)
+		return fd;
 	/* One byte more than the limit, to notice a file that grew since fstat. */
 	const size_t cap = GW_VAULT_FILE_MAX + 1;
 	char *text = malloc(cap);

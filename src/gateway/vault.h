@@ -43,6 +43,10 @@ int gw_vault_parse(const char *name, const char *text, size_t len, struct gw_vau
 		   struct al_error *err);
 /* Frees, wiping every secret from memory first (explicit_bzero). */
 void gw_vault_free(struct gw_vault *v);
+/* The checks gw_vault_load makes on the file (a regular file, the caller's,
+ * no access for group or others, not too large) without reading a byte:
+ * for processes that must never hold a vault value. */
+int gw_vault_check_file(const char *path, struct al_error *err);
 
 /* The secret named name, or NULL; *ret_len gets its length. */
 const char *gw_vault_get(const struct gw_vault *v, const char *name, size_t *ret_len);

@@ -959,11 +959,20 @@ def test_bad_gateway_options(airlock, gwfiles, tmp_path):
     os.chmod(loose, 0o644)
     bad_policy = tmp_path / "bad.yaml"
     bad_policy.write_text("rules:\n  - host: api.example.test\n    bogus: 1\n")
+    lacking = tmp_path / "lacking-vault.yaml"
+    lacking.write_text("secrets:\n  unrelated: sk-loose-unrelated-0000\n")
+    lacking.chmod(0o600)
+    not_a_vault = tmp_path / "list-vault.yaml"
+    not_a_vault.write_text("secrets: [sk-loose-aaaaaaaa, sk-loose-bbbbbbbb]\n")
+    not_a_vault.chmod(0o600)
     for args in (["--allow", "bad host"], ["--allow", "*"], ["--allow", "1.2.3"],
                  ["--vault", str(loose), "--policy", gwfiles["policy"]],
                  ["--policy", str(bad_policy)], ["--network", "wide"],
                  ["--upstream", "api.example.test:443"], ["--grant", "gitlab:x/y"],
-                 ["--upstream-ca", str(tmp_path / "missing.pem")]):
+                 ["--upstream-ca", str(tmp_path / "missing.pem")],
+                 # Read by the gateway process alone; its start fails.
+                 ["--vault", str(lacking), "--policy", gwfiles["policy"]],
+                 ["--vault", str(not_a_vault), "--policy", gwfiles["policy"]]):
         p = airlock.run(*args, "--", "true")
         assert p.returncode == 125, (args, p.returncode, p.stderr)
         assert len(p.stderr.decode().strip().splitlines()) == 1, (args, p.stderr)
