@@ -1220,3 +1220,26 @@ def test_query_credential_duplicates_and_h2c(gw, ups):
     assert rec["query_params"]["key"] == [SECRET_GEN], rec["query"]
     # HTTP/2 with prior knowledge on the plain path: "PRI * HTTP/2.0" is refused.
     assert seen(ups, r3) == []
+
+
+def test_pinned_client_fails(gw, ups):
+    """A client that trusts only the real upstream's CA (a pinned one) gets a
+    certificate error instead of a way around the policy: there is no blind
+    tunnel, so it never talks to the upstream at all."""
+    with open(ups.ca) as f:
+        put(gw.ws, "pinned.pem", f.read())
+    r1, r2 = rid(), rid()
+    p = gw.sh(
+        f'curl -sS --cacert /workspace/pinned.pem "https://api.example.test/v1/echo?rid={r1}"; '
+        'echo "curl=$?"; '
+        'python3 -c "import ssl, urllib.request as u, sys\n'
+        'ctx = ssl.create_default_context(cafile=\'/workspace/pinned.pem\')\n'
+        'try:\n'
+        f'    u.urlopen(\'https://api.example.test/v1/echo?rid={r2}\', context=ctx, timeout=10)\n'
+        '    print(\'python=reached\')\n'
+        'except Exception as e:\n'
+        '    print(\'python=\' + type(getattr(e, \'reason\', e)).__name__)"')
+    out = p.stdout.decode()
+    assert "curl=60" in out, out  # CURLE_PEER_FAILED_VERIFICATION
+    assert "python=SSLCertVerificationError" in out, out
+    assert seen(ups, r1) == [] and seen(ups, r2) == [], "a pinned client reached the upstream"
