@@ -250,30 +250,9 @@ static int parse_cred(const struct config_node *n, size_t index, struct gw_cred 
 		c->port = (uint16_t)port;
 	}
 	if ((v = config_map_get(n, "paths"))) {
-		rc = config_expect_kind(v, NULL, CONFIG_SEQ, err);
+		rc = gw_parse_path_prefixes(v, NULL, c->paths, &c->n_paths, err);
 		if (rc < 0)
 			return rc;
-		size_t count = config_node_count(v);
-		if (count == 0 || count > GW_RULE_MAX_PATHS)
-			return config_error(v, NULL, err, "expected 1 to %d path prefixes",
-					    GW_RULE_MAX_PATHS);
-		for (size_t i = 0; i < count; i++) {
-			const struct config_node *item = config_seq_item(v, i);
-			const char *p;
-			rc = config_get_str(item, NULL, &p, err);
-			if (rc < 0)
-				return rc;
-			char canon[GW_PATH_MAX + 1];
-			size_t q, len = strlen(p);
-			if (gw_path_canonical(p, len, canon, sizeof(canon), &q) < 0 || q != len ||
-			    strcmp(canon, p) != 0)
-				return config_error(item, NULL, err,
-						    "expected a canonical path prefix starting with '/'");
-			c->paths[c->n_paths] = strdup(p);
-			if (!c->paths[c->n_paths])
-				return al_error_set(err, -ENOMEM, "out of memory");
-			c->n_paths++;
-		}
 	}
 	int kinds = 0;
 	if ((v = config_map_get(n, "header"))) {

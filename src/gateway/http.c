@@ -311,6 +311,54 @@ static int line_end(const char *buf, size_t len, size_t i)
 	return buf[i + 1] == '\n' ? 0 : HTTP_BAD;
 }
 
+/*
+ * One field line at buf[*pi] (not empty, not starting with whitespace):
+ * 1 with the name and trimmed value and *pi past its CRLF, 0 for more
+ * bytes, or a refusal (over_limit when the head grows past its maximum).
+ * obs_text: bytes >= 0x80 allowed in the value (responses only).
+ */
+static int read_field(const char *buf, size_t len, size_t *pi, bool obs_text, int over_limit,
+		      struct gw_span *ret_name, struct gw_span *ret_value)
+{
+	size_t i = *pi;
+	size_t name_start = i;
+	for (;; i++) {
+		if (i >= GW_HTTP_HEAD_MAX)
+			return over_limit;
+		if (i >= len)
+			return 0;
+		if (buf[i] == ':')
+			break;
+		/* Also SP or HTAB before the colon, CR/LF without one. */
+		if (!is_tchar(buf[i]))
+			return HTTP_BAD;
+	}
+	struct gw_span name = { buf + name_start, i - name_start };
+	if (name.len == 0)
+		return HTTP_BAD;
+	i++;
+	size_t value_start = i;
+	for (;; i++) {
+		if (i >= GW_HTTP_HEAD_MAX)
+			return over_limit;
+		if (i >= len)
+			return 0;
+		unsigned char u = (unsigned char)buf[i];
+		if (u == '\r')
+			break;
+		/* VCHAR, SP, HTAB (and obs-text where allowed). */
+		if (u != '\t' && (u < 0x20 || u == 0x7f || (u >= 0x80 && !obs_text)))
+			return HTTP_BAD;
+	}
+	int r = line_end(buf, len, i);
+	if (r != 0)
+		return r > 0 ? 0 : over_limit == HTTP_BAD ? HTTP_BAD : r;
+	*ret_name = name;
+	*ret_value = trim_ows((struct gw_span){ buf + value_start, i - value_start });
+	*pi = i + 2;
+	return 1;
+}
+
 int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *ret)
 {
 	struct http_parse st = { 0 };
@@ -360,42 +408,10 @@ int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *r
 		if (st.req.n_fields == GW_HTTP_MAX_FIELDS)
 			return HTTP_HEAD_TOO_LARGE;
 
-		size_t name_start = i;
-		for (;; i++) {
-			if (i >= GW_HTTP_HEAD_MAX)
-				return HTTP_HEAD_TOO_LARGE;
-			if (i >= len)
-				return 0;
-			if (buf[i] == ':')
-				break;
-			/* Also SP or HTAB before the colon, CR/LF without one. */
-			if (!is_tchar(buf[i]))
-				return HTTP_BAD;
-		}
-		struct gw_span name = { buf + name_start, i - name_start };
-		if (name.len == 0)
-			return HTTP_BAD;
-		i++;
-
-		size_t value_start = i;
-		for (;; i++) {
-			if (i >= GW_HTTP_HEAD_MAX)
-				return HTTP_HEAD_TOO_LARGE;
-			if (i >= len)
-				return 0;
-			unsigned char u = (unsigned char)buf[i];
-			if (u == '\r')
-				break;
-			/* VCHAR, SP, HTAB; no obs-text. */
-			if (u != '\t' && (u < 0x20 || u >= 0x7f))
-				return HTTP_BAD;
-		}
-		r = line_end(buf, len, i);
-		if (r != 0)
-			return r > 0 ? 0 : r;
-		struct gw_span value =
-			trim_ows((struct gw_span){ buf + value_start, i - value_start });
-		i += 2;
+		struct gw_span name, value;
+		r = read_field(buf, len, &i, false, HTTP_HEAD_TOO_LARGE, &name, &value);
+		if (r <= 0)
+			return r;
 
 		r = parse_field(&st, name, value);
 		if (r < 0)
@@ -474,39 +490,10 @@ int gw_http_parse_response(const char *buf, size_t len, bool head_request,
 		}
 		if (is_ows(c) || res.n_fields == GW_HTTP_MAX_FIELDS)
 			return HTTP_BAD;
-		size_t name_start = i;
-		for (;; i++) {
-			if (i >= GW_HTTP_HEAD_MAX)
-				return HTTP_BAD;
-			if (i >= len)
-				return 0;
-			if (buf[i] == ':')
-				break;
-			if (!is_tchar(buf[i]))
-				return HTTP_BAD;
-		}
-		struct gw_span name = { buf + name_start, i - name_start };
-		if (name.len == 0)
-			return HTTP_BAD;
-		i++;
-		size_t value_start = i;
-		for (;; i++) {
-			if (i >= GW_HTTP_HEAD_MAX)
-				return HTTP_BAD;
-			if (i >= len)
-				return 0;
-			unsigned char u = (unsigned char)buf[i];
-			if (u == '\r')
-				break;
-			if (u != '\t' && (u < 0x20 || u == 0x7f))
-				return HTTP_BAD;
-		}
-		r = line_end(buf, len, i);
-		if (r != 0)
-			return r > 0 ? 0 : HTTP_BAD;
-		struct gw_span value =
-			trim_ows((struct gw_span){ buf + value_start, i - value_start });
-		i += 2;
+		struct gw_span name, value;
+		r = read_field(buf, len, &i, true, HTTP_BAD, &name, &value);
+		if (r <= 0)
+			return r;
 		if (gw_span_eq_ci(name, "Content-Length")) {
 			if (have_length || !parse_length(value, &res.content_length))
 				return HTTP_BAD;

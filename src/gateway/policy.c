@@ -160,8 +160,8 @@ static int parse_methods(const struct config_node *n, const char *path, struct g
 	return 0;
 }
 
-static int parse_paths(const struct config_node *n, const char *path, struct gw_rule *r,
-		       struct al_error *err)
+int gw_parse_path_prefixes(const struct config_node *n, const char *path, char **out,
+			   size_t *n_out, struct al_error *err)
 {
 	int rc = config_expect_kind(n, path, CONFIG_SEQ, err);
 	if (rc < 0)
@@ -187,10 +187,16 @@ static int parse_paths(const struct config_node *n, const char *path, struct gw_
 					    "(no query, no '.' or '..' segments, no %%2F)");
 		char *copy = strdup(p);
 		if (!copy)
-			return -ENOMEM;
-		r->paths[r->n_paths++] = copy;
+			return al_error_set(err, -ENOMEM, "out of memory");
+		out[(*n_out)++] = copy;
 	}
 	return 0;
+}
+
+static int parse_paths(const struct config_node *n, const char *path, struct gw_rule *r,
+		       struct al_error *err)
+{
+	return gw_parse_path_prefixes(n, path, r->paths, &r->n_paths, err);
 }
 
 static int parse_rule(const struct config_node *n, size_t index, struct gw_rule *r,

@@ -67,6 +67,12 @@ int gw_policy_load(const char *path, uint64_t generation, struct gw_policy **ret
 		   struct al_error *err);
 void gw_policy_free(struct gw_policy *p);
 
+/* A YAML sequence of canonical path prefixes into out (room for
+ * GW_RULE_MAX_PATHS; *n_out counts what was stored, also on failure). */
+struct config_node;
+int gw_parse_path_prefixes(const struct config_node *n, const char *path, char **out,
+			   size_t *n_out, struct al_error *err);
+
 /* Parses the "rules" of a document whose top level may also hold
  * other_keys (NULL-terminated; parsed by the caller). */
 struct config_doc;
