@@ -4,9 +4,9 @@
 set -euo pipefail
 
 build=(meson ninja-build pkg-config gcc clang libseccomp-dev libyaml-dev libcmocka-dev
-       libjansson-dev libssl-dev libevent-dev)
+       libjansson-dev libssl-dev libevent-dev libzstd-dev libarchive-dev)
 test=(python3 python3-pytest busybox-static util-linux iproute2 procps curl git openssl nodejs)
-bench=(bubblewrap crun hyperfine squid-openssl mitmproxy)
+bench=(bubblewrap crun hyperfine squid-openssl mitmproxy squashfs-tools zstd)
 
 want=("${build[@]}" "${test[@]}")
 if [ "${1:-}" = "--bench" ]; then

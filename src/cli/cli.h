@@ -49,3 +49,4 @@ int cli_listen_unix(const char *path);
 int cmd_sandbox(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_gateway(int argc, char **argv);
+int cmd_checkpoint(int argc, char **argv);

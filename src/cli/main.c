@@ -19,6 +19,8 @@ static void usage(FILE *f)
 	      "  sandbox audit ID                          a sandbox's gateway audit log\n"
 	      "  gateway --listen ADDR:PORT [OPTIONS]      the egress gateway as a standalone HTTP proxy\n"
 	      "                                            (see `airlock gateway --help`)\n"
+	      "  checkpoint create|restore|diff|ls|latest  workspace checkpoints\n"
+	      "                                            (see `airlock checkpoint --help`)\n"
 	      "  doctor                                    kernel features present or missing\n"
 	      "  version                                   print the version\n"
 	      "\n"
@@ -65,6 +67,8 @@ int main(int argc, char **argv)
 		return cmd_sandbox(argc - 1, argv + 1);
 	if (strcmp(cmd, "gateway") == 0)
 		return cmd_gateway(argc - 1, argv + 1);
+	if (strcmp(cmd, "checkpoint") == 0)
+		return cmd_checkpoint(argc - 1, argv + 1);
 	if (strcmp(cmd, "doctor") == 0)
 		return cmd_doctor(argc - 1, argv + 1);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* `airlock checkpoint`: workspace checkpoints for operators and tests. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/buf.h"
+#include "common/cleanup.h"
+#include "common/fdutil.h"
+#include "common/parse.h"
+#include "store/checkpoint.h"
+
+#define DEFAULT_STORE "/var/lib/airlock/store"
+#define DEFAULT_KEY "/var/lib/airlock/checkpoint.key"
+
+static const char usage[] =
+	"usage: airlock checkpoint create --workspace DIR [--session S]   prints the checkpoint id\n"
+	"       airlock checkpoint restore ID --to DIR [--max-bytes SIZE] [--max-files N]\n"
+	"                                      [--max-depth N]\n"
+	"       airlock checkpoint diff A B [--names-only]\n"
+	"       airlock checkpoint ls ID\n"
+	"       airlock checkpoint latest [--session S]\n"
+	"common options:\n"
+	"  --store DIR     the object store (default $AIRLOCK_STORE_DIR or " DEFAULT_STORE ")\n"
+	"  --tenant T      the tenant (default: default)\n"
+	"  --key FILE      the manifests' HMAC key (default $AIRLOCK_CHECKPOINT_KEY or\n"
+	"                  " DEFAULT_KEY "; `create` makes it when absent)\n";
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int fail(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("airlock: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return EXIT_AIRLOCK_ERROR;
+}
+
+enum {
+	OPT_STORE = 256,
+	OPT_TENANT,
+	OPT_KEY,
+	OPT_WORKSPACE,
+	OPT_SESSION,
+	OPT_TO,
+	OPT_MAX_BYTES,
+	OPT_MAX_FILES,
+	OPT_MAX_DEPTH,
+	OPT_NAMES_ONLY,
+	OPT_HELP,
+};
+
+struct copts {
+	const char *store, *tenant, *key, *workspace, *session, *to;
+	struct st_manifest_limits limits;
+	bool names_only;
+	char **args;
+	int n_args;
+};
+
+static int parse(int argc, char **argv, struct copts *o)
+{
+	static const struct option longopts[] = {
+		{ "store", required_argument, NULL, OPT_STORE },
+		{ "tenant", required_argument, NULL, OPT_TENANT },
+		{ "key", required_argument, NULL, OPT_KEY },
+		{ "workspace", required_argument, NULL, OPT_WORKSPACE },
+		{ "session", required_argument, NULL, OPT_SESSION },
+		{ "to", required_argument, NULL, OPT_TO },
+		{ "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
+		{ "max-files", required_argument, NULL, OPT_MAX_FILES },
+		{ "max-depth", required_argument, NULL, OPT_MAX_DEPTH },
+		{ "names-only", no_argument, NULL, OPT_NAMES_ONLY },
+		{ "help", no_argument, NULL, OPT_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *env;
+	o->store = (env = getenv("AIRLOCK_STORE_DIR")) && *env ? env : DEFAULT_STORE;
+	o->key = (env = getenv("AIRLOCK_CHECKPOINT_KEY")) && *env ? env : DEFAULT_KEY;
+	o->tenant = "default";
+	o->session = "default";
+	optind = 1;
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		uint64_t v;
+		switch (c) {
+		case OPT_STORE:
+			o->store = optarg;
+			break;
+		case OPT_TENANT:
+			o->tenant = optarg;
+			break;
+		case OPT_KEY:
+			o->key = optarg;
+			break;
+		case OPT_WORKSPACE:
+			o->workspace = optarg;
+			break;
+		case OPT_SESSION:
+			o->session = optarg;
+			break;
+		case OPT_TO:
+			o->to = optarg;
+			break;
+		case OPT_MAX_BYTES:
+			if (parse_size(optarg, &v) < 0 || v == 0)
+				return fail("--max-bytes wants a size such as 10G, not '%s'", optarg);
+			o->limits.max_bytes = v;
+			break;
+		case OPT_MAX_FILES:
+			if (parse_u64(optarg, &v) < 0 || v == 0 || v > 100000000)
+				return fail("--max-files wants a count, not '%s'", optarg);
+			o->limits.max_entries = (size_t)v;
+			break;
+		case OPT_MAX_DEPTH:
+			if (parse_u64(optarg, &v) < 0 || v == 0 || v > 4096)
+				return fail("--max-depth wants a count, not '%s'", optarg);
+			o->limits.max_depth = (size_t)v;
+			break;
+		case OPT_NAMES_ONLY:
+			o->names_only = true;
+			break;
+		case OPT_HELP:
+			fputs(usage, stdout);
+			exit(0);
+		default:
+			return fail("unknown or incomplete option '%s' (try `airlock checkpoint --help`)",
+				    argv[optind - 1]);
+		}
+	}
+	o->args = argv + optind;
+	o->n_args = argc - optind;
+	return 0;
+}
+
+static int open_repo(const struct copts *o, bool create_key, struct st_repo **ret)
+{
+	struct al_error err = { 0 };
+	uint8_t *key = NULL;
+	size_t keylen = 0;
+	int r = st_key_load(o->key, create_key, &key, &keylen, &err);
+	if (r < 0)
+		return fail("%s", al_error_message(&err));
+	struct st_repo_opts ro = { .store_dir = o->store, .tenant = o->tenant, .key = key,
+				   .keylen = keylen };
+	r = st_repo_open(&ro, ret, &err);
+	explicit_bzero(key, keylen);
+	free(key);
+	if (r < 0)
+		return fail("%s", al_error_message(&err));
+	return 0;
+}
+
+/* Paths as they are, but control bytes and backslashes escaped. */
+static void put_path(FILE *f, const char *p)
+{
+	for (const unsigned char *c = (const unsigned char *)p; *c; c++) {
+		if (*c < 0x20 || *c == 0x7f || *c == '\\')
+			fprintf(f, "\\x%02x", *c);
+		else
+			fputc(*c, f);
+	}
+}
+
+static void report(const char *path, const char *what, void *ud)
+{
+	fputs("airlock: ", stderr);
+	put_path(stderr, path);
+	fprintf(stderr, ": %s\n", what);
+}
+
+static int do_create(struct copts *o)
+{
+	if (!o->workspace || o->n_args != 0)
+		return fail("usage: airlock checkpoint create --workspace DIR [--session S]");
+	struct st_repo *r = NULL;
+	int rc = open_repo(o, true, &r);
+	if (rc)
+		return rc;
+	struct st_snapshot_opts so = { .workspace = o->workspace, .session = o->session,
+				       .report = report };
+	struct st_snapshot_result res;
+	struct al_error err = { 0 };
+	rc = st_snapshot(r, &so, &res, &err);
+	st_repo_close(r);
+	if (rc < 0)
+		return fail("%s", al_error_message(&err));
+	printf("%s\n", res.id);
+	fprintf(stderr,
+		"airlock: %" PRIu64 " files (%" PRIu64 " read, %" PRIu64 " unchanged), %" PRIu64
+		" directories, %" PRIu64 " symlinks, %" PRIu64 " skipped; %" PRIu64
+		" bytes, %" PRIu64 " new chunks (%" PRIu64 " bytes)\n",
+		res.files, res.files_read, res.files_reused, res.dirs, res.symlinks, res.skipped,
+		res.bytes, res.chunks_new, res.bytes_new);
+	return 0;
+}
+
+static int do_restore(struct copts *o)
+{
+	if (o->n_args != 1 || !o->to)
+		return fail("usage: airlock checkpoint restore ID --to DIR");
+	struct st_repo *r = NULL;
+	int rc = open_repo(o, false, &r);
+	if (rc)
+		return rc;
+	struct al_error err = { 0 };
+	rc = st_restore(r, o->args[0], o->to, &o->limits, &err);
+	st_repo_close(r);
+	return rc < 0 ? fail("%s", al_error_message(&err)) : 0;
+}
+
+static int do_diff(struct copts *o)
+{
+	if (o->n_args != 2)
+		return fail("usage: airlock checkpoint diff A B");
+	struct st_repo *r = NULL;
+	int rc = open_repo(o, false, &r);
+	if (rc)
+		return rc;
+	struct buf out = BUF_INIT(1u << 30);
+	struct al_error err = { 0 };
+	rc = st_diff(r, o->args[0], o->args[1], !o->names_only, &out, &err);
+	st_repo_close(r);
+	if (rc == 0 && out.len)
+		rc = write_full(1, out.data, out.len) < 0 ? -EIO : 0;
+	buf_free(&out);
+	return rc < 0 ? fail("%s", rc == -EIO ? "cannot write" : al_error_message(&err)) : 0;
+}
+
+static int do_ls(struct copts *o)
+{
+	if (o->n_args != 1)
+		return fail("usage: airlock checkpoint ls ID");
+	struct st_repo *r = NULL;
+	int rc = open_repo(o, false, &r);
+	if (rc)
+		return rc;
+	struct st_manifest *m = NULL;
+	struct al_error err = { 0 };
+	rc = st_manifest_load(r, o->args[0], &o->limits, &m, &err);
+	st_repo_close(r);
+	if (rc < 0)
+		return fail("%s", al_error_message(&err));
+	for (size_t i = 0; i < m->n_entries; i++) {
+		const struct st_entry *e = &m->entries[i];
+		if (e->type == ST_DIR)
+			printf("d %04o %12s ", (unsigned)e->mode, "-");
+		else if (e->type == ST_FILE)
+			printf("f %04o %12" PRIu64 " ", (unsigned)e->mode, e->size);
+		else
+			printf("l %4s %12s ", "-", "-");
+		put_path(stdout, e->path);
+		if (e->type == ST_SYMLINK) {
+			fputs(" -> ", stdout);
+			put_path(stdout, e->target);
+		}
+		fputc('\n', stdout);
+	}
+	st_manifest_free(m);
+	return fflush(stdout) == 0 ? 0 : fail("cannot write");
+}
+
+static int do_latest(struct copts *o)
+{
+	if (o->n_args != 0)
+		return fail("usage: airlock checkpoint latest [--session S]");
+	struct st_repo *r = NULL;
+	int rc = open_repo(o, false, &r);
+	if (rc)
+		return rc;
+	char id[ST_ID_HEX + 1];
+	struct al_error err = { 0 };
+	rc = st_session_latest(r, o->session, id, &err);
+	st_repo_close(r);
+	if (rc < 0)
+		return fail("%s", al_error_message(&err));
+	if (!id[0])
+		return fail("session %s has no checkpoint", o->session);
+	printf("%s\n", id);
+	return 0;
+}
+
+int cmd_checkpoint(int argc, char **argv)
+{
+	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+		fputs(usage, argc < 2 ? stderr : stdout);
+		return argc < 2 ? EXIT_AIRLOCK_ERROR : 0;
+	}
+	const char *sub = argv[1];
+	struct copts o = { 0 };
+	int rc = parse(argc - 1, argv + 1, &o);
+	if (rc)
+		return rc;
+	if (strcmp(sub, "create") == 0)
+		return do_create(&o);
+	if (strcmp(sub, "restore") == 0)
+		return do_restore(&o);
+	if (strcmp(sub, "diff") == 0)
+		return do_diff(&o);
+	if (strcmp(sub, "ls") == 0)
+		return do_ls(&o);
+	if (strcmp(sub, "latest") == 0)
+		return do_latest(&o);
+	return fail("unknown checkpoint command '%s' (try `airlock checkpoint --help`)", sub);
+}

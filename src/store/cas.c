@@ -1,0 +1,617 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Chunks in packs.
+ *
+ * Pack object: PACK_MAGIC, then records
+ *	[32-byte id][u32 ulen][u32 clen][clen bytes: one zstd frame]
+ * (little-endian), so a pack can be walked without its index (fsck).
+ *
+ * Index object (its key names the pack, "tenants/<t>/index/<pack-id>"):
+ *	INDEX_MAGIC (16 bytes), u64 pack size, u32 record count, u32 zero,
+ *	records [32-byte id][u64 offset of the frame][u32 clen][u32 ulen],
+ *	SHA-256 of everything before it.
+ * The records tile the pack exactly, in order; anything else is refused.
+ *
+ * In memory: parallel arrays of chunk ids and locations, in pack order
+ * (the chunks of one pack are contiguous, the open pack's are last), and
+ * an open-addressing table id -> position for O(1) lookups.
+ */
+#include "store/cas.h"
+
+#include <errno.h>
+#include <openssl/sha.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "common/cleanup.h"
+
+#define PACK_MAGIC "airlock-pack-1\n"
+#define PACK_MAGIC_LEN (sizeof(PACK_MAGIC) - 1)
+#define INDEX_MAGIC "airlock-index-1\n"
+#define INDEX_MAGIC_LEN (sizeof(INDEX_MAGIC) - 1)
+#define REC_HDR (ST_ID_LEN + 4 + 4)
+#define INDEX_HDR (INDEX_MAGIC_LEN + 8 + 4 + 4)
+#define INDEX_REC (ST_ID_LEN + 8 + 4 + 4)
+#define INDEX_TRAILER ST_ID_LEN
+/* No record is larger, and no pack: it is sealed once past the target. */
+#define CLEN_MAX ZSTD_COMPRESSBOUND(ST_CHUNK_MAX)
+#define PACK_MAX ((size_t)ST_PACK_TARGET + REC_HDR + CLEN_MAX)
+/* Every record takes at least REC_HDR + 1 bytes of its pack. */
+#define INDEX_RECS_MAX ((PACK_MAX - PACK_MAGIC_LEN) / (REC_HDR + 1))
+#define INDEX_MAX (INDEX_HDR + INDEX_RECS_MAX * INDEX_REC + INDEX_TRAILER)
+#define RECS_MAX (UINT32_MAX / 4)
+
+struct cas_loc {
+	uint64_t off;  /* of the zstd frame in its pack */
+	uint32_t pack; /* index into packs; n_packs is the open pack */
+	uint32_t clen, ulen;
+};
+
+struct cas_pack {
+	char hex[ST_ID_HEX + 1];
+	size_t first, n; /* its chunks: ids[first .. first + n) */
+};
+
+struct st_cas {
+	struct st_objstore *os;
+	char tenant[ST_TENANT_MAX + 1];
+	ZSTD_CCtx *cctx;
+	ZSTD_DCtx *dctx;
+	size_t target;
+
+	struct st_id *ids;
+	struct cas_loc *locs;
+	size_t n_recs, cap_recs;
+
+	struct cas_pack *packs;
+	size_t n_packs, cap_packs;
+
+	uint32_t *slots; /* position + 1; 0 is empty */
+	size_t n_slots;	 /* a power of two, kept at most half full */
+	size_t n_used;
+
+	uint8_t *open; /* the open pack's bytes */
+	size_t open_len, open_cap;
+	size_t open_first; /* its first chunk in ids/locs */
+
+	struct st_cas_stats stats;
+};
+
+/* ---- ids ---- */
+
+void st_id_hex(const struct st_id *id, char out[ST_ID_HEX + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+	for (size_t i = 0; i < ST_ID_LEN; i++) {
+		out[2 * i] = digits[id->b[i] >> 4];
+		out[2 * i + 1] = digits[id->b[i] & 15];
+	}
+	out[ST_ID_HEX] = '\0';
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int st_id_parse(const char *hex, size_t len, struct st_id *ret)
+{
+	struct st_id id;
+	if (!hex || len != ST_ID_HEX)
+		return -EINVAL;
+	for (size_t i = 0; i < ST_ID_LEN; i++) {
+		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		id.b[i] = (uint8_t)(hi << 4 | lo);
+	}
+	*ret = id;
+	return 0;
+}
+
+void st_sha256(const void *data, size_t len, struct st_id *ret)
+{
+	SHA256(data, len, ret->b);
+}
+
+/* ---- little-endian fields ---- */
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+	return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
+}
+
+/* ---- the table ---- */
+
+static size_t slot_of(const struct st_id *id, size_t n_slots)
+{
+	/* The id is a SHA-256: any 8 of its bytes are a good hash. */
+	return (size_t)get_u64(id->b) & (n_slots - 1);
+}
+
+/* The position of id, or SIZE_MAX. */
+static size_t lookup(const struct st_cas *c, const struct st_id *id)
+{
+	if (c->n_slots == 0)
+		return SIZE_MAX;
+	for (size_t i = slot_of(id, c->n_slots);; i = (i + 1) & (c->n_slots - 1)) {
+		uint32_t v = c->slots[i];
+		if (v == 0)
+			return SIZE_MAX;
+		if (memcmp(c->ids[v - 1].b, id->b, ST_ID_LEN) == 0)
+			return v - 1;
+	}
+}
+
+static void slot_insert(uint32_t *slots, size_t n_slots, const struct st_id *id, uint32_t pos)
+{
+	size_t i = slot_of(id, n_slots);
+	while (slots[i] != 0)
+		i = (i + 1) & (n_slots - 1);
+	slots[i] = pos + 1;
+}
+
+static int table_reserve(struct st_cas *c)
+{
+	if ((c->n_used + 1) * 2 <= c->n_slots)
+		return 0;
+	size_t n = c->n_slots ? c->n_slots * 2 : 1024;
+	uint32_t *slots = calloc(n, sizeof(*slots));
+	if (!slots)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->n_slots; i++) {
+		uint32_t v = c->slots[i];
+		if (v)
+			slot_insert(slots, n, &c->ids[v - 1], v - 1);
+	}
+	free(c->slots);
+	c->slots = slots;
+	c->n_slots = n;
+	return 0;
+}
+
+/* Appends a chunk record; indexes it unless the id is known already. */
+static int add_rec(struct st_cas *c, const struct st_id *id, const struct cas_loc *loc)
+{
+	if (c->n_recs >= RECS_MAX)
+		return -E2BIG;
+	if (c->n_recs == c->cap_recs) {
+		size_t cap = c->cap_recs ? c->cap_recs * 2 : 1024;
+		struct st_id *ids = realloc(c->ids, cap * sizeof(*ids));
+		if (!ids)
+			return -ENOMEM;
+		c->ids = ids;
+		struct cas_loc *locs = realloc(c->locs, cap * sizeof(*locs));
+		if (!locs)
+			return -ENOMEM;
+		c->locs = locs;
+		c->cap_recs = cap;
+	}
+	int r = table_reserve(c);
+	if (r < 0)
+		return r;
+	size_t pos = c->n_recs++;
+	c->ids[pos] = *id;
+	c->locs[pos] = *loc;
+	if (lookup(c, id) == SIZE_MAX) {
+		slot_insert(c->slots, c->n_slots, id, (uint32_t)pos);
+		c->n_used++;
+	}
+	return 0;
+}
+
+static int add_pack(struct st_cas *c, const char *hex, size_t first, size_t n)
+{
+	if (c->n_packs >= UINT32_MAX - 1)
+		return -E2BIG;
+	if (c->n_packs == c->cap_packs) {
+		size_t cap = c->cap_packs ? c->cap_packs * 2 : 16;
+		struct cas_pack *p = realloc(c->packs, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		c->packs = p;
+		c->cap_packs = cap;
+	}
+	struct cas_pack *p = &c->packs[c->n_packs++];
+	memcpy(p->hex, hex, ST_ID_HEX + 1);
+	p->first = first;
+	p->n = n;
+	return 0;
+}
+
+/* ---- index objects ---- */
+
+static void obj_key(const struct st_cas *c, const char *kind, const char *hex,
+		    char out[ST_KEY_MAX + 1])
+{
+	snprintf(out, ST_KEY_MAX + 1, "tenants/%s/%s/%s", c->tenant, kind, hex);
+}
+
+/* Checks an index object of the pack hex and adds its chunks. */
+static int load_index(struct st_cas *c, const char *key, const char *hex, const uint8_t *p,
+		      size_t len, struct al_error *err)
+{
+	if (len < INDEX_HDR + INDEX_TRAILER || memcmp(p, INDEX_MAGIC, INDEX_MAGIC_LEN) != 0)
+		return al_error_set(err, -EBADMSG, "index %s: not an airlock-index-1 object", key);
+	struct st_id sum;
+	st_sha256(p, len - INDEX_TRAILER, &sum);
+	if (memcmp(sum.b, p + len - INDEX_TRAILER, ST_ID_LEN) != 0)
+		return al_error_set(err, -EBADMSG, "index %s: checksum mismatch (corrupt)", key);
+	uint64_t pack_size = get_u64(p + INDEX_MAGIC_LEN);
+	uint32_t count = get_u32(p + INDEX_MAGIC_LEN + 8);
+	if (get_u32(p + INDEX_MAGIC_LEN + 12) != 0 || count == 0 || count > INDEX_RECS_MAX ||
+	    len != INDEX_HDR + (size_t)count * INDEX_REC + INDEX_TRAILER || pack_size > PACK_MAX)
+		return al_error_set(err, -EBADMSG, "index %s: bad header", key);
+
+	size_t first = c->n_recs;
+	uint32_t pack = (uint32_t)c->n_packs;
+	uint64_t expect = PACK_MAGIC_LEN + REC_HDR;
+	for (uint32_t i = 0; i < count; i++) {
+		const uint8_t *r = p + INDEX_HDR + (size_t)i * INDEX_REC;
+		struct st_id id;
+		memcpy(id.b, r, ST_ID_LEN);
+		struct cas_loc loc = {
+			.off = get_u64(r + ST_ID_LEN),
+			.clen = get_u32(r + ST_ID_LEN + 8),
+			.ulen = get_u32(r + ST_ID_LEN + 12),
+			.pack = pack,
+		};
+		if (loc.off != expect || loc.clen == 0 || loc.clen > CLEN_MAX ||
+		    loc.ulen > ST_CHUNK_MAX || loc.off + loc.clen > pack_size)
+			return al_error_set(err, -EBADMSG, "index %s: record %u is out of place",
+					    key, i);
+		expect = loc.off + loc.clen + REC_HDR;
+		size_t at = lookup(c, &id);
+		if (at != SIZE_MAX && c->locs[at].pack == pack) {
+			char idhex[ST_ID_HEX + 1];
+			st_id_hex(&id, idhex);
+			return al_error_set(err, -EBADMSG, "index %s: chunk %s listed twice", key,
+					    idhex);
+		}
+		int rr = add_rec(c, &id, &loc);
+		if (rr < 0)
+			return al_error_set_errno(err, rr, "index %s", key);
+	}
+	if (expect - REC_HDR != pack_size)
+		return al_error_set(err, -EBADMSG, "index %s: records do not cover the pack", key);
+	int r = add_pack(c, hex, first, count);
+	if (r < 0)
+		return al_error_set_errno(err, r, "index %s", key);
+	return 0;
+}
+
+struct load_ctx {
+	struct st_cas *c;
+	struct al_error *err;
+	size_t prefix_len;
+};
+
+static int load_one(const char *key, void *ud)
+{
+	struct load_ctx *l = ud;
+	const char *name = key + l->prefix_len;
+	struct st_id pid;
+	if (strlen(name) != ST_ID_HEX || st_id_parse(name, ST_ID_HEX, &pid) < 0)
+		return al_error_set(l->err, -EBADMSG, "index %s: its name is not a pack id", key);
+	_cleanup_free_ void *data = NULL;
+	size_t len = 0;
+	int r = st_obj_get(l->c->os, key, INDEX_MAX, &data, &len, l->err);
+	if (r < 0)
+		return al_error_set(l->err, r, "index %s: cannot read it", key);
+	return load_index(l->c, key, name, data, len, l->err);
+}
+
+/* ---- open and close ---- */
+
+void st_cas_close(struct st_cas *c)
+{
+	if (!c)
+		return;
+	ZSTD_freeCCtx(c->cctx);
+	ZSTD_freeDCtx(c->dctx);
+	free(c->ids);
+	free(c->locs);
+	free(c->packs);
+	free(c->slots);
+	free(c->open);
+	free(c);
+}
+
+DEFINE_CLEANUP_FUNC(struct st_cas, st_cas_close)
+
+int st_cas_open(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
+		struct al_error *err)
+{
+	if (!st_tenant_valid(tenant))
+		return al_error_set(err, -EINVAL, "chunk store: invalid tenant name '%.*s'",
+				    ST_TENANT_MAX, tenant ? tenant : "(null)");
+	if (level < 1 || level > 19)
+		return al_error_set(err, -EINVAL, "chunk store: zstd level %d is not in 1..19",
+				    level);
+	_cleanup_(st_cas_closep) struct st_cas *c = calloc(1, sizeof(*c));
+	if (!c)
+		return al_error_set(err, -ENOMEM, "chunk store: out of memory");
+	c->os = os;
+	memcpy(c->tenant, tenant, strlen(tenant) + 1);
+	c->target = ST_PACK_TARGET;
+	c->cctx = ZSTD_createCCtx();
+	c->dctx = ZSTD_createDCtx();
+	if (!c->cctx || !c->dctx)
+		return al_error_set(err, -ENOMEM, "chunk store: out of memory");
+	if (ZSTD_isError(ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_compressionLevel, level)) ||
+	    ZSTD_isError(ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_contentSizeFlag, 1)))
+		return al_error_set(err, -EINVAL, "chunk store: zstd refuses level %d", level);
+
+	char prefix[ST_KEY_MAX + 1];
+	int n = snprintf(prefix, sizeof(prefix), "tenants/%s/index/", tenant);
+	struct load_ctx l = { .c = c, .err = err, .prefix_len = (size_t)n };
+	int r = st_obj_list(os, prefix, load_one, &l, err);
+	if (r < 0)
+		return al_error_set(err, r, "chunk store of tenant %s: cannot list %s", tenant,
+				    prefix);
+	c->open_first = c->n_recs;
+	*ret = TAKE_PTR(c);
+	return 0;
+}
+
+void st_cas_set_pack_target(struct st_cas *c, size_t bytes)
+{
+	if (bytes < PACK_MAGIC_LEN + 1)
+		bytes = PACK_MAGIC_LEN + 1;
+	c->target = bytes < ST_PACK_TARGET ? bytes : ST_PACK_TARGET;
+}
+
+bool st_cas_has(const struct st_cas *c, const struct st_id *id)
+{
+	return lookup(c, id) != SIZE_MAX;
+}
+
+void st_cas_stats(const struct st_cas *c, struct st_cas_stats *ret)
+{
+	*ret = c->stats;
+}
+
+/* ---- writing ---- */
+
+static int open_reserve(struct st_cas *c, size_t n)
+{
+	if (n <= c->open_cap - c->open_len)
+		return 0;
+	size_t need = c->open_len + n;
+	if (need > PACK_MAX)
+		return -E2BIG;
+	size_t cap = c->open_cap ? c->open_cap : 256 * 1024;
+	while (cap < need)
+		cap *= 2;
+	if (cap > PACK_MAX)
+		cap = PACK_MAX;
+	uint8_t *p = realloc(c->open, cap);
+	if (!p)
+		return -ENOMEM;
+	c->open = p;
+	c->open_cap = cap;
+	return 0;
+}
+
+int st_cas_flush(struct st_cas *c, struct al_error *err)
+{
+	size_t n = c->n_recs - c->open_first;
+	if (n == 0)
+		return 0;
+
+	struct st_id pid;
+	char hex[ST_ID_HEX + 1], key[ST_KEY_MAX + 1];
+	st_sha256(c->open, c->open_len, &pid);
+	st_id_hex(&pid, hex);
+
+	size_t ilen = INDEX_HDR + n * INDEX_REC + INDEX_TRAILER;
+	_cleanup_free_ uint8_t *idx = malloc(ilen);
+	if (!idx)
+		return al_error_set(err, -ENOMEM, "sealing pack %s: out of memory", hex);
+	memcpy(idx, INDEX_MAGIC, INDEX_MAGIC_LEN);
+	put_u64(idx + INDEX_MAGIC_LEN, c->open_len);
+	put_u32(idx + INDEX_MAGIC_LEN + 8, (uint32_t)n);
+	put_u32(idx + INDEX_MAGIC_LEN + 12, 0);
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *r = idx + INDEX_HDR + i * INDEX_REC;
+		const struct cas_loc *loc = &c->locs[c->open_first + i];
+		memcpy(r, c->ids[c->open_first + i].b, ST_ID_LEN);
+		put_u64(r + ST_ID_LEN, loc->off);
+		put_u32(r + ST_ID_LEN + 8, loc->clen);
+		put_u32(r + ST_ID_LEN + 12, loc->ulen);
+	}
+	struct st_id sum;
+	st_sha256(idx, ilen - INDEX_TRAILER, &sum);
+	memcpy(idx + ilen - INDEX_TRAILER, sum.b, ST_ID_LEN);
+
+	/* Pack first: an index never names a pack that is not there. */
+	obj_key(c, "packs", hex, key);
+	int r = st_obj_put(c->os, key, c->open, c->open_len, err);
+	if (r < 0)
+		return al_error_set(err, r, "sealing pack %s", key);
+	obj_key(c, "index", hex, key);
+	r = st_obj_put(c->os, key, idx, ilen, err);
+	if (r < 0)
+		return al_error_set(err, r, "sealing pack index %s", key);
+
+	r = add_pack(c, hex, c->open_first, n);
+	if (r < 0)
+		return al_error_set_errno(err, r, "sealing pack %s", hex);
+	c->open_first = c->n_recs;
+	c->open_len = 0;
+	c->stats.packs_written++;
+	return 0;
+}
+
+int st_cas_put_id(struct st_cas *c, const struct st_id *id, const void *data, size_t len,
+		  bool *ret_new, struct al_error *err)
+{
+	char hex[ST_ID_HEX + 1];
+	if (len > ST_CHUNK_MAX) {
+		st_id_hex(id, hex);
+		return al_error_set(err, -EFBIG, "chunk %s: %zu bytes, more than %u", hex, len,
+				    ST_CHUNK_MAX);
+	}
+	c->stats.bytes_in += len;
+	if (st_cas_has(c, id)) {
+		c->stats.chunks_dup++;
+		if (ret_new)
+			*ret_new = false;
+		return 0;
+	}
+
+	bool fresh = c->open_len == 0;
+	int r = open_reserve(c, (fresh ? PACK_MAGIC_LEN : 0) + REC_HDR + CLEN_MAX);
+	if (r < 0) {
+		st_id_hex(id, hex);
+		return al_error_set_errno(err, r, "chunk %s: cannot buffer it", hex);
+	}
+	if (fresh) {
+		memcpy(c->open, PACK_MAGIC, PACK_MAGIC_LEN);
+		c->open_len = PACK_MAGIC_LEN;
+	}
+	uint8_t *rec = c->open + c->open_len;
+	size_t clen = ZSTD_compress2(c->cctx, rec + REC_HDR, CLEN_MAX, data, len);
+	if (ZSTD_isError(clen)) {
+		st_id_hex(id, hex);
+		if (fresh)
+			c->open_len = 0;
+		return al_error_set(err, -EIO, "chunk %s: zstd: %s", hex, ZSTD_getErrorName(clen));
+	}
+	memcpy(rec, id->b, ST_ID_LEN);
+	put_u32(rec + ST_ID_LEN, (uint32_t)len);
+	put_u32(rec + ST_ID_LEN + 4, (uint32_t)clen);
+	struct cas_loc loc = {
+		.off = c->open_len + REC_HDR,
+		.pack = (uint32_t)c->n_packs,
+		.clen = (uint32_t)clen,
+		.ulen = (uint32_t)len,
+	};
+	r = add_rec(c, id, &loc);
+	if (r < 0) {
+		st_id_hex(id, hex);
+		if (fresh)
+			c->open_len = 0;
+		return al_error_set_errno(err, r, "chunk %s", hex);
+	}
+	c->open_len += REC_HDR + clen;
+	c->stats.chunks_new++;
+	c->stats.bytes_stored += REC_HDR + clen;
+	if (ret_new)
+		*ret_new = true;
+	if (c->open_len >= c->target)
+		return st_cas_flush(c, err);
+	return 0;
+}
+
+int st_cas_put(struct st_cas *c, const void *data, size_t len, struct st_id *ret_id, bool *ret_new,
+	       struct al_error *err)
+{
+	struct st_id id;
+	st_sha256(data, len, &id);
+	int r = st_cas_put_id(c, &id, data, len, ret_new, err);
+	if (r < 0)
+		return r;
+	*ret_id = id;
+	return 0;
+}
+
+/* ---- reading ---- */
+
+int st_cas_get(struct st_cas *c, const struct st_id *id, void **ret, size_t *ret_len,
+	       struct al_error *err)
+{
+	char hex[ST_ID_HEX + 1];
+	st_id_hex(id, hex);
+	size_t pos = lookup(c, id);
+	if (pos == SIZE_MAX)
+		return al_error_set(err, -ENOENT, "chunk %s is not in the store of tenant %s", hex,
+				    c->tenant);
+	const struct cas_loc *loc = &c->locs[pos];
+
+	_cleanup_free_ uint8_t *frame = NULL;
+	const uint8_t *rec;
+	const char *where;
+	if (loc->pack == c->n_packs) {
+		rec = c->open + loc->off - REC_HDR;
+		where = "the open pack";
+	} else {
+		char key[ST_KEY_MAX + 1];
+		where = c->packs[loc->pack].hex;
+		obj_key(c, "packs", where, key);
+		frame = malloc(REC_HDR + loc->clen);
+		if (!frame)
+			return al_error_set(err, -ENOMEM, "chunk %s: out of memory", hex);
+		struct al_error e = { 0 };
+		int r = st_obj_get_range(c->os, key, loc->off - REC_HDR, REC_HDR + loc->clen, frame,
+					 &e);
+		if (r == -EIO)
+			return al_error_set(err, -EBADMSG, "chunk %s: pack %s is truncated (%s)",
+					    hex, key, al_error_message(&e));
+		if (r < 0)
+			return al_error_set(err, r, "chunk %s: %s", hex, al_error_message(&e));
+		rec = frame;
+	}
+	if (memcmp(rec, id->b, ST_ID_LEN) != 0 || get_u32(rec + ST_ID_LEN) != loc->ulen ||
+	    get_u32(rec + ST_ID_LEN + 4) != loc->clen)
+		return al_error_set(err, -EBADMSG,
+				    "chunk %s: its record in pack %s does not match the index", hex,
+				    where);
+
+	_cleanup_free_ uint8_t *out = malloc(loc->ulen ? loc->ulen : 1);
+	if (!out)
+		return al_error_set(err, -ENOMEM, "chunk %s: out of memory", hex);
+	size_t n = ZSTD_decompressDCtx(c->dctx, out, loc->ulen, rec + REC_HDR, loc->clen);
+	if (ZSTD_isError(n))
+		return al_error_set(err, -EBADMSG, "chunk %s in pack %s: bad zstd frame: %s", hex,
+				    where, ZSTD_getErrorName(n));
+	if (n != loc->ulen)
+		return al_error_set(err, -EBADMSG,
+				    "chunk %s in pack %s: %zu bytes, the index says %u", hex, where,
+				    n, loc->ulen);
+	struct st_id got;
+	st_sha256(out, n, &got);
+	if (memcmp(got.b, id->b, ST_ID_LEN) != 0)
+		return al_error_set(err, -EBADMSG, "chunk %s in pack %s: SHA-256 mismatch", hex,
+				    where);
+	*ret = TAKE_PTR(out);
+	*ret_len = n;
+	return 0;
+}
+
+int st_cas_each_pack(struct st_cas *c,
+		     int (*fn)(const char *pack_hex, const struct st_id *chunks, size_t n,
+			       void *ud),
+		     void *ud, struct al_error *err)
+{
+	for (size_t i = 0; i < c->n_packs; i++) {
+		const struct cas_pack *p = &c->packs[i];
+		int r = fn(p->hex, c->ids + p->first, p->n, ud);
+		if (r < 0)
+			return al_error_set(err, r, "pack %s: stopped by the caller", p->hex);
+	}
+	return 0;
+}

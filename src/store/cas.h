@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Content-addressed chunks of one tenant, stored in packs.
+ *
+ * A chunk is identified by the SHA-256 of its bytes and stored once per
+ * tenant, compressed with zstd. Chunks are appended to an open pack; a
+ * sealed pack is two objects: "tenants/<t>/packs/<pack-id>" (the
+ * compressed chunks) and "tenants/<t>/index/<pack-id>" (for each chunk:
+ * id, offset, compressed and plain length), pack-id being the SHA-256 hex
+ * of the pack object. The index object is written after the pack object:
+ * a crash leaves at worst a pack without an index, which nothing refers to
+ * and GC removes. One fsync per pack, not per chunk.
+ *
+ * Every chunk read is verified: decompressed length and SHA-256 must match
+ * its id (-EBADMSG otherwise, with the id in the message).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "store/objstore.h"
+
+#define ST_ID_LEN 32
+#define ST_ID_HEX (2 * ST_ID_LEN)
+#define ST_PACK_TARGET (32u << 20) /* a pack is sealed once this large */
+#define ST_CHUNK_MAX (1u << 20)    /* no chunk is larger (see chunker.h) */
+
+struct st_id {
+	uint8_t b[ST_ID_LEN];
+};
+
+void st_id_hex(const struct st_id *id, char out[ST_ID_HEX + 1]);
+int st_id_parse(const char *hex, size_t len, struct st_id *ret); /* lower-case hex only */
+void st_sha256(const void *data, size_t len, struct st_id *ret);
+
+struct st_cas;
+
+/* Opens the tenant's chunk store: reads every index object (a corrupt one is
+ * an error naming it). level: zstd level (1..19; 3 is a good default). */
+int st_cas_open(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
+		struct al_error *err);
+void st_cas_close(struct st_cas *c); /* does not seal: call st_cas_flush first */
+
+/* Seals packs once this large instead of ST_PACK_TARGET (clamped to it),
+ * for tests that want several packs without writing 32 MiB. */
+void st_cas_set_pack_target(struct st_cas *c, size_t bytes);
+
+bool st_cas_has(const struct st_cas *c, const struct st_id *id);
+/* Hashes data (len <= ST_CHUNK_MAX); stores it unless present. *ret_new
+ * (may be NULL) tells whether it was new. */
+int st_cas_put(struct st_cas *c, const void *data, size_t len, struct st_id *ret_id,
+	       bool *ret_new, struct al_error *err);
+/* Stores data whose id the caller computed already (st_sha256). */
+int st_cas_put_id(struct st_cas *c, const struct st_id *id, const void *data, size_t len,
+		  bool *ret_new, struct al_error *err);
+/* Seals the open pack (if any chunk is in it): pack object, then index. */
+int st_cas_flush(struct st_cas *c, struct al_error *err);
+/* Reads and verifies a chunk; *ret is malloc'd (free it). */
+int st_cas_get(struct st_cas *c, const struct st_id *id, void **ret, size_t *ret_len,
+	       struct al_error *err);
+
+/* For GC: calls fn for every pack id with its chunk ids. */
+int st_cas_each_pack(struct st_cas *c,
+		     int (*fn)(const char *pack_hex, const struct st_id *chunks, size_t n, void *ud),
+		     void *ud, struct al_error *err);
+
+struct st_cas_stats {
+	uint64_t chunks_new, chunks_dup, bytes_in, bytes_stored, packs_written;
+};
+void st_cas_stats(const struct st_cas *c, struct st_cas_stats *ret);

@@ -1,0 +1,1114 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Snapshot, restore and diff of workspace checkpoints.
+ *
+ * Objects of a tenant T (see objstore.h for the key rules):
+ *   tenants/T/packs/<pack>, tenants/T/index/<pack>  chunks (cas.c)
+ *   tenants/T/manifests/<id>                        manifests (manifest.h)
+ *   tenants/T/sessions/<s>/latest                   the session's last checkpoint id
+ *   tenants/T/sessions/<s>/log/<created>-<id>        every checkpoint of the session
+ *   tenants/T/sessions/<s>/statcache                what the last snapshot saw on disk
+ * A snapshot writes in that order: chunks (packs, then indexes), manifest,
+ * log entry, latest, stat cache. Each write is atomic, and each refers only
+ * to what is already durable, so a crash between any two leaves the
+ * previous checkpoints whole and the store consistent.
+ */
+#include "store/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/openat2.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/fdutil.h"
+#include "common/parse.h"
+#include "store/cas.h"
+#include "store/chunker.h"
+#include "store/textdiff.h"
+
+#define MANIFEST_MAX (512u << 20)
+#define STATCACHE_MAX (512u << 20)
+#define KEY_MAX 1024
+/* A file changed this close to the previous snapshot's start may have
+ * changed again within the same timestamp tick: it is read again. */
+#define RACY_NS (1000000000ll)
+
+struct st_repo {
+	struct st_objstore *os;
+	struct st_cas *cas;
+	char tenant[ST_TENANT_MAX + 1];
+	uint8_t *key;
+	size_t keylen;
+};
+
+/* ---- fault injection for the crash tests: AIRLOCK_FAULT_STEP=N dies at
+ * the Nth write step of a snapshot (see tests/integration/test_checkpoint.py) ---- */
+
+static int fault_step = -1;
+static int fault_count;
+
+static void fault_point(void)
+{
+	if (fault_step < 0)
+		return;
+	if (++fault_count == fault_step)
+		_exit(99);
+}
+
+static void fault_init(void)
+{
+	const char *s = getenv("AIRLOCK_FAULT_STEP");
+	fault_step = -1;
+	fault_count = 0;
+	if (s && *s) {
+		char *end;
+		long v = strtol(s, &end, 10);
+		if (*end == '\0' && v > 0 && v < 1000000)
+			fault_step = (int)v;
+	}
+}
+
+/* ---- repository ---- */
+
+static bool session_valid(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > ST_SESSION_MAX || s[0] == '.' || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+		      c == '.'))
+			return false;
+	}
+	return true;
+}
+
+static bool id_valid(const char *id)
+{
+	if (strlen(id) != ST_ID_HEX)
+		return false;
+	for (size_t i = 0; i < ST_ID_HEX; i++)
+		if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+			return false;
+	return true;
+}
+
+int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_error *err)
+{
+	if (!st_tenant_valid(o->tenant))
+		return al_error_set(err, -EINVAL, "tenant '%s': expected 1 to %d of [a-z0-9_-]",
+				    o->tenant, ST_TENANT_MAX);
+	if (!o->key || o->keylen < ST_HMAC_KEY_MIN)
+		return al_error_set(err, -EINVAL, "the checkpoint key is shorter than %d bytes",
+				    ST_HMAC_KEY_MIN);
+	struct st_repo *r = calloc(1, sizeof(*r));
+	if (!r)
+		return al_error_set(err, -ENOMEM, "out of memory");
+	snprintf(r->tenant, sizeof(r->tenant), "%s", o->tenant);
+	r->key = malloc(o->keylen);
+	if (!r->key) {
+		free(r);
+		return al_error_set(err, -ENOMEM, "out of memory");
+	}
+	memcpy(r->key, o->key, o->keylen);
+	r->keylen = o->keylen;
+	int rc = st_objstore_open_dir(o->store_dir, &r->os, err);
+	if (rc == 0)
+		rc = st_cas_open(r->os, r->tenant, o->level ? o->level : 3, &r->cas, err);
+	if (rc < 0) {
+		st_repo_close(r);
+		return rc;
+	}
+	*ret = r;
+	return 0;
+}
+
+void st_repo_close(struct st_repo *r)
+{
+	if (!r)
+		return;
+	st_cas_close(r->cas);
+	st_objstore_close(r->os);
+	if (r->key) {
+		explicit_bzero(r->key, r->keylen);
+		free(r->key);
+	}
+	free(r);
+}
+
+int st_key_load(const char *path, bool create, uint8_t **ret, size_t *ret_len,
+		struct al_error *err)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0 && errno == ENOENT && create) {
+		uint8_t k[32];
+		if (getrandom(k, sizeof(k), 0) != (ssize_t)sizeof(k))
+			return al_error_set_errno(err, -EIO, "cannot make a key");
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		int r = fd < 0 ? -errno : write_full(fd, k, sizeof(k));
+		if (fd >= 0 && r == 0 && fsync(fd) < 0)
+			r = -errno;
+		if (fd >= 0)
+			close(fd);
+		explicit_bzero(k, sizeof(k));
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot write the key %s", path);
+		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	}
+	if (fd < 0)
+		return al_error_set_errno(err, -errno, "cannot open the key %s", path);
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) ||
+	    st.st_uid != geteuid()) {
+		close(fd);
+		return al_error_set(err, -EPERM,
+				    "the key %s must be a regular file of yours with mode 0600", path);
+	}
+	uint8_t *k = malloc(KEY_MAX + 1);
+	ssize_t n = k ? read_full(fd, k, KEY_MAX + 1) : -ENOMEM;
+	close(fd);
+	if (n < ST_HMAC_KEY_MIN || n > KEY_MAX) {
+		if (k) {
+			explicit_bzero(k, KEY_MAX + 1);
+			free(k);
+		}
+		return al_error_set(err, -EINVAL, "the key %s must hold %d to %d bytes", path,
+				    ST_HMAC_KEY_MIN, KEY_MAX);
+	}
+	*ret = k;
+	*ret_len = (size_t)n;
+	return 0;
+}
+
+static int key_of(char *out, size_t size, const struct st_repo *r, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int key_of(char *out, size_t size, const struct st_repo *r, const char *fmt, ...)
+{
+	int n = snprintf(out, size, "tenants/%s/", r->tenant);
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	va_list ap;
+	va_start(ap, fmt);
+	int m = vsnprintf(out + n, size - (size_t)n, fmt, ap);
+	va_end(ap);
+	return m < 0 || (size_t)m >= size - (size_t)n ? -ENAMETOOLONG : 0;
+}
+
+int st_session_latest(struct st_repo *r, const char *session, char out[ST_ID_HEX + 1],
+		      struct al_error *err)
+{
+	out[0] = '\0';
+	if (!session_valid(session))
+		return al_error_set(err, -EINVAL, "session '%s': expected 1 to %d of [a-z0-9._-]",
+				    session, ST_SESSION_MAX);
+	char key[ST_KEY_MAX + 1];
+	if (key_of(key, sizeof(key), r, "sessions/%s/latest", session) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "session name too long");
+	int e = st_obj_exists(r->os, key, err);
+	if (e <= 0)
+		return e;
+	void *data = NULL;
+	size_t len = 0;
+	int rc = st_obj_get(r->os, key, ST_ID_HEX + 1, &data, &len, err);
+	if (rc < 0)
+		return rc;
+	if (len != ST_ID_HEX + 1 || ((char *)data)[ST_ID_HEX] != '\n') {
+		free(data);
+		return al_error_set(err, -EBADMSG, "%s: not a checkpoint id", key);
+	}
+	memcpy(out, data, ST_ID_HEX);
+	out[ST_ID_HEX] = '\0';
+	free(data);
+	if (!id_valid(out))
+		return al_error_set(err, -EBADMSG, "%s: not a checkpoint id", key);
+	return 0;
+}
+
+int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,
+		     struct st_manifest **ret, struct al_error *err)
+{
+	if (!id_valid(id))
+		return al_error_set(err, -EINVAL, "'%s' is not a checkpoint id (64 hex digits)", id);
+	char key[ST_KEY_MAX + 1];
+	if (key_of(key, sizeof(key), r, "manifests/%s", id) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "key too long");
+	void *text = NULL;
+	size_t len = 0;
+	int rc = st_obj_get(r->os, key, MANIFEST_MAX, &text, &len, err);
+	if (rc == -ENOENT)
+		return al_error_set(err, -ENOENT, "no checkpoint %s in tenant %s", id, r->tenant);
+	if (rc < 0)
+		return rc;
+	/* The object's name is its content's hash: a swapped object is caught
+	 * here, an edited one by the HMAC. */
+	char actual[ST_ID_HEX + 1];
+	st_manifest_id(text, len, actual);
+	if (strcmp(actual, id) != 0) {
+		free(text);
+		return al_error_set(err, -EBADMSG, "checkpoint %s: the manifest's content does not "
+				    "match its id (corrupt store)", id);
+	}
+	rc = st_manifest_parse(text, len, r->key, r->keylen, r->tenant, limits, ret, err);
+	free(text);
+	return rc;
+}
+
+/* ---- path lookup in a manifest (entries are sorted) ---- */
+
+/* Binary search of an array sorted by st_path_cmp on a char * member. */
+static const void *find_path(const void *base, size_t n, size_t size, size_t path_off,
+			     const char *path)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const char *item = (const char *)base + mid * size;
+		int c = st_path_cmp(*(char *const *)(item + path_off), path);
+		if (c == 0)
+			return item;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+static const struct st_entry *manifest_find(const struct st_manifest *m, const char *path)
+{
+	if (!m)
+		return NULL;
+	return find_path(m->entries, m->n_entries, sizeof(*m->entries),
+			 offsetof(struct st_entry, path), path);
+}
+
+/* ---- the stat cache: what the last snapshot saw, to skip unchanged files ---- */
+
+struct stat_rec {
+	char *path;
+	uint64_t ino;
+	int64_t ctime_ns, mtime_ns;
+	uint64_t size;
+};
+
+struct statcache {
+	uint64_t dev, root_ino;
+	int64_t start_ns;
+	struct stat_rec *recs; /* sorted by path */
+	size_t n;
+};
+
+static void statcache_free(struct statcache *sc)
+{
+	for (size_t i = 0; i < sc->n; i++)
+		free(sc->recs[i].path);
+	free(sc->recs);
+	memset(sc, 0, sizeof(*sc));
+}
+
+/* Paths in the cache are hex-encoded: no escaping rules to get wrong. */
+static int hex_encode(const char *s, struct buf *b)
+{
+	static const char hx[] = "0123456789abcdef";
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		char two[2] = { hx[*p >> 4], hx[*p & 15] };
+		if (buf_append(b, two, 2) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static char *hex_decode(const char *s, size_t n)
+{
+	if (n % 2 || n / 2 > ST_PATH_MAX)
+		return NULL;
+	char *out = malloc(n / 2 + 1);
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n; i += 2) {
+		int v = 0;
+		for (int k = 0; k < 2; k++) {
+			char c = s[i + (size_t)k];
+			int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+			if (d < 0) {
+				free(out);
+				return NULL;
+			}
+			v = v * 16 + d;
+		}
+		if (v == 0) {
+			free(out);
+			return NULL;
+		}
+		out[i / 2] = (char)v;
+	}
+	out[n / 2] = '\0';
+	return out;
+}
+
+static int parse_i64(const char *s, int64_t *ret)
+{
+	uint64_t v;
+	bool neg = s[0] == '-';
+	if (parse_u64(s + neg, &v) < 0 || v > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	*ret = neg ? -(int64_t)v : (int64_t)v;
+	return 0;
+}
+
+/* Splits line at single spaces into exactly n fields (in place). */
+static bool split_fields(char *line, char **f, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		f[i] = line;
+		char *sp = strchr(line, ' ');
+		if (i + 1 < n) {
+			if (!sp)
+				return false;
+			*sp = '\0';
+			line = sp + 1;
+		} else if (sp) {
+			return false;
+		}
+	}
+	return true;
+}
+
+static int rec_cmp(const void *a, const void *b)
+{
+	return st_path_cmp(((const struct stat_rec *)a)->path, ((const struct stat_rec *)b)->path);
+}
+
+/* A missing or unreadable cache is no error: every file is read. */
+static void statcache_load(struct st_repo *r, const char *session, struct statcache *sc)
+{
+	memset(sc, 0, sizeof(*sc));
+	char key[ST_KEY_MAX + 1];
+	struct al_error e = { 0 };
+	if (key_of(key, sizeof(key), r, "sessions/%s/statcache", session) < 0 ||
+	    st_obj_exists(r->os, key, &e) != 1)
+		return;
+	void *data = NULL;
+	size_t len = 0;
+	if (st_obj_get(r->os, key, STATCACHE_MAX, &data, &len, &e) < 0)
+		return;
+	char *p = data, *end = p + len;
+	bool ok = false;
+	size_t cap = 0;
+	/* header: "airlock-statcache 1 <dev> <root ino> <start ns>\n" */
+	char *nl = memchr(p, '\n', (size_t)(end - p));
+	if (nl) {
+		*nl = '\0';
+		char *f[5];
+		ok = split_fields(p, f, 5) && strcmp(f[0], "airlock-statcache") == 0 &&
+		     strcmp(f[1], "1") == 0 && parse_u64(f[2], &sc->dev) == 0 &&
+		     parse_u64(f[3], &sc->root_ino) == 0 && parse_i64(f[4], &sc->start_ns) == 0;
+		p = nl + 1;
+	}
+	while (ok && p < end) {
+		nl = memchr(p, '\n', (size_t)(end - p));
+		if (!nl) {
+			ok = false;
+			break;
+		}
+		*nl = '\0';
+		/* "<ino> <ctime ns> <mtime ns> <size> <hex path>" */
+		char *f[5];
+		struct stat_rec rec = { 0 };
+		if (!split_fields(p, f, 5) || parse_u64(f[0], &rec.ino) < 0 ||
+		    parse_i64(f[1], &rec.ctime_ns) < 0 || parse_i64(f[2], &rec.mtime_ns) < 0 ||
+		    parse_u64(f[3], &rec.size) < 0 || !(rec.path = hex_decode(f[4], strlen(f[4])))) {
+			ok = false;
+			break;
+		}
+		if (sc->n == cap) {
+			size_t nc = cap ? cap * 2 : 1024;
+			struct stat_rec *nr = realloc(sc->recs, nc * sizeof(*nr));
+			if (!nr) {
+				free(rec.path);
+				ok = false;
+				break;
+			}
+			sc->recs = nr;
+			cap = nc;
+		}
+		sc->recs[sc->n++] = rec;
+		p = nl + 1;
+	}
+	free(data);
+	if (!ok) {
+		statcache_free(sc);
+		return;
+	}
+	if (sc->n)
+		qsort(sc->recs, sc->n, sizeof(*sc->recs), rec_cmp);
+}
+
+static const struct stat_rec *statcache_find(const struct statcache *sc, const char *path)
+{
+	return find_path(sc->recs, sc->n, sizeof(*sc->recs), offsetof(struct stat_rec, path), path);
+}
+
+/* ---- snapshot ---- */
+
+struct walk {
+	struct st_repo *r;
+	const struct st_snapshot_opts *o;
+	struct st_snapshot_result *res;
+	const struct st_manifest *prev;
+	struct statcache sc;
+	bool sc_valid;
+	struct st_entry *entries;
+	size_t n, cap;
+	struct buf cache; /* the new stat cache */
+	unsigned char *buf; /* 2 * ST_CDC_MAX */
+};
+
+static int64_t ts_ns(struct timespec t)
+{
+	return (int64_t)t.tv_sec * 1000000000ll + t.tv_nsec;
+}
+
+static int add_entry(struct walk *w, struct st_entry *e)
+{
+	if (w->n == w->cap) {
+		size_t nc = w->cap ? w->cap * 2 : 1024;
+		struct st_entry *ne = realloc(w->entries, nc * sizeof(*ne));
+		if (!ne)
+			return -ENOMEM;
+		w->entries = ne;
+		w->cap = nc;
+	}
+	w->entries[w->n++] = *e;
+	return 0;
+}
+
+static int push_chunk(struct st_entry *e, size_t *cap, const struct st_id *id)
+{
+	if (e->n_chunks == *cap) {
+		size_t nc = *cap ? *cap * 2 : 4;
+		struct st_id *n = realloc(e->chunks, nc * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		e->chunks = n;
+		*cap = nc;
+	}
+	e->chunks[e->n_chunks++] = *id;
+	return 0;
+}
+
+/* Reads a regular file in content-defined chunks into the store. */
+static int read_file(struct walk *w, int fd, const char *path, struct st_entry *e,
+		     struct al_error *err)
+{
+	size_t have = 0, cap = 0;
+	bool eof = false;
+	uint64_t total = 0;
+	for (;;) {
+		while (!eof && have < 2 * ST_CDC_MAX) {
+			ssize_t n = read(fd, w->buf + have, 2 * ST_CDC_MAX - have);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0)
+				return al_error_set_errno(err, -errno, "cannot read %s", path);
+			if (n == 0)
+				eof = true;
+			have += (size_t)n;
+		}
+		size_t off = 0;
+		while (off < have) {
+			size_t cut = st_cdc_cut(w->buf + off, have - off, eof);
+			if (cut == 0)
+				break;
+			struct st_id id;
+			bool fresh = false;
+			int rc = st_cas_put(w->r->cas, w->buf + off, cut, &id, &fresh, err);
+			if (rc < 0)
+				return rc;
+			if (fresh) {
+				w->res->chunks_new++;
+				w->res->bytes_new += cut;
+			}
+			rc = push_chunk(e, &cap, &id);
+			if (rc < 0)
+				return al_error_set(err, rc, "out of memory");
+			off += cut;
+			total += cut;
+		}
+		memmove(w->buf, w->buf + off, have - off);
+		have -= off;
+		if (eof && have == 0)
+			break;
+	}
+	e->size = total;
+	return 0;
+}
+
+static int snap_file(struct walk *w, int dirfd, const char *name, const char *path,
+		     const struct stat *st, struct st_entry *e, struct al_error *err)
+{
+	e->type = ST_FILE;
+	const struct st_entry *old = manifest_find(w->prev, path);
+	const struct stat_rec *rec = w->sc_valid ? statcache_find(&w->sc, path) : NULL;
+	int64_t mt = ts_ns(st->st_mtim), ct = ts_ns(st->st_ctim);
+	/* Unread when size, mtime, inode and ctime match what the previous
+	 * snapshot saw, and the file did not change around that snapshot's
+	 * start (a change within the same timestamp tick would not show). */
+	if (old && rec && old->type == ST_FILE && old->size == (uint64_t)st->st_size &&
+	    old->mtime_ns == mt && rec->ino == st->st_ino && rec->ctime_ns == ct &&
+	    rec->mtime_ns == mt && rec->size == (uint64_t)st->st_size &&
+	    mt < w->sc.start_ns - RACY_NS && ct < w->sc.start_ns - RACY_NS) {
+		bool all = true;
+		for (size_t i = 0; i < old->n_chunks && all; i++)
+			all = st_cas_has(w->r->cas, &old->chunks[i]);
+		if (all) {
+			e->size = old->size;
+			e->n_chunks = old->n_chunks;
+			if (old->n_chunks) {
+				e->chunks = malloc(old->n_chunks * sizeof(*e->chunks));
+				if (!e->chunks)
+					return al_error_set(err, -ENOMEM, "out of memory");
+				memcpy(e->chunks, old->chunks, old->n_chunks * sizeof(*e->chunks));
+			}
+			w->res->files_reused++;
+			return 0;
+		}
+	}
+	/* O_NONBLOCK: should a fifo have replaced the file since the stat,
+	 * the open must not hang; the fstat below then refuses it. */
+	_cleanup_close_ int fd =
+		openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return al_error_set_errno(err, -errno, "cannot open %s", path);
+	struct stat fst;
+	if (fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode) || fst.st_ino != st->st_ino)
+		return al_error_set(err, -EAGAIN, "%s changed while being read", path);
+	w->res->files_read++;
+	return read_file(w, fd, path, e, err);
+}
+
+static int cache_line(struct walk *w, const struct stat *st, const char *path)
+{
+	if (buf_appendf(&w->cache, "%" PRIu64 " %" PRId64 " %" PRId64 " %" PRIu64 " ",
+			(uint64_t)st->st_ino, ts_ns(st->st_ctim), ts_ns(st->st_mtim),
+			(uint64_t)st->st_size) < 0 ||
+	    hex_encode(path, &w->cache) < 0 || buf_append_char(&w->cache, '\n') < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
+		    struct al_error *err)
+{
+	if (depth > ST_MANIFEST_MAX_DEPTH_DEFAULT)
+		return al_error_set(err, -ELOOP, "%s: deeper than %d directories", rel,
+				    ST_MANIFEST_MAX_DEPTH_DEFAULT);
+	/* A new open file description: a dup would share (and move) the
+	 * directory offset of dirfd. */
+	int dupfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dupfd < 0)
+		return al_error_set_errno(err, -errno, "%s", rel[0] ? rel : ".");
+	DIR *d = fdopendir(dupfd);
+	if (!d) {
+		close(dupfd);
+		return al_error_set_errno(err, -errno, "cannot list %s", rel[0] ? rel : ".");
+	}
+	int rc = 0;
+	struct dirent *de;
+	while (rc == 0 && (errno = 0, de = readdir(d))) {
+		const char *name = de->d_name;
+		if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+			continue;
+		char path[ST_PATH_MAX + 1];
+		int n = rel[0] ? snprintf(path, sizeof(path), "%s/%s", rel, name)
+			       : snprintf(path, sizeof(path), "%s", name);
+		if (n < 0 || (size_t)n >= sizeof(path)) {
+			rc = al_error_set(err, -ENAMETOOLONG, "a path below %s is longer than %d bytes",
+					  rel[0] ? rel : "the workspace", ST_PATH_MAX);
+			break;
+		}
+		struct stat st;
+		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			rc = al_error_set_errno(err, -errno, "cannot stat %s", path);
+			break;
+		}
+		struct st_entry e = { .mtime_ns = ts_ns(st.st_mtim), .mode = st.st_mode & 0777 };
+		if ((st.st_mode & 07000) && w->o->report && !S_ISLNK(st.st_mode))
+			w->o->report(path, "setuid, setgid or sticky bit dropped", w->o->ud);
+		if (S_ISDIR(st.st_mode)) {
+			e.type = ST_DIR;
+		} else if (S_ISREG(st.st_mode)) {
+			rc = snap_file(w, dirfd, name, path, &st, &e, err);
+			if (rc == 0)
+				rc = cache_line(w, &st, path) < 0 ? al_error_set(err, -ENOMEM, "out of memory") : 0;
+		} else if (S_ISLNK(st.st_mode)) {
+			e.type = ST_SYMLINK;
+			e.mode = 0777;
+			char target[ST_PATH_MAX + 1];
+			ssize_t tl = readlinkat(dirfd, name, target, sizeof(target));
+			if (tl < 0)
+				rc = al_error_set_errno(err, -errno, "cannot read the link %s", path);
+			else if ((size_t)tl >= sizeof(target) || tl == 0)
+				rc = al_error_set(err, -ENAMETOOLONG, "the link %s is too long", path);
+			else if (!(e.target = strndup(target, (size_t)tl)))
+				rc = al_error_set(err, -ENOMEM, "out of memory");
+		} else {
+			w->res->skipped++;
+			if (w->o->report)
+				w->o->report(path, S_ISFIFO(st.st_mode)   ? "fifo skipped"
+						   : S_ISSOCK(st.st_mode) ? "socket skipped"
+									  : "device skipped",
+					     w->o->ud);
+			continue;
+		}
+		if (rc < 0) {
+			free(e.target);
+			free(e.chunks);
+			break;
+		}
+		e.path = strdup(path);
+		if (!e.path || add_entry(w, &e) < 0) {
+			free(e.path);
+			free(e.target);
+			free(e.chunks);
+			rc = al_error_set(err, -ENOMEM, "out of memory");
+			break;
+		}
+		if (e.type == ST_DIR) {
+			w->res->dirs++;
+			int sub = openat(dirfd, name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+			if (sub < 0) {
+				rc = al_error_set_errno(err, -errno, "cannot open %s", path);
+				break;
+			}
+			rc = walk_dir(w, sub, path, depth + 1, err);
+			close(sub);
+		} else if (e.type == ST_FILE) {
+			w->res->files++;
+			w->res->bytes += e.size;
+		} else {
+			w->res->symlinks++;
+		}
+	}
+	if (rc == 0 && errno != 0)
+		rc = al_error_set_errno(err, -errno, "cannot list %s", rel[0] ? rel : ".");
+	closedir(d);
+	return rc;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+	return st_path_cmp(((const struct st_entry *)a)->path, ((const struct st_entry *)b)->path);
+}
+
+static int put_step(struct st_repo *r, const char *key, const void *data, size_t len,
+		    struct al_error *err)
+{
+	fault_point();
+	return st_obj_put(r->os, key, data, len, err);
+}
+
+int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
+		struct st_snapshot_result *ret, struct al_error *err)
+{
+	memset(ret, 0, sizeof(*ret));
+	fault_init();
+	if (!session_valid(o->session))
+		return al_error_set(err, -EINVAL, "session '%s': expected 1 to %d of [a-z0-9._-]",
+				    o->session, ST_SESSION_MAX);
+	_cleanup_close_ int root =
+		open(o->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (root < 0)
+		return al_error_set_errno(err, -errno, "workspace %s", o->workspace);
+	struct stat rst;
+	if (fstat(root, &rst) < 0)
+		return al_error_set_errno(err, -errno, "workspace %s", o->workspace);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+
+	struct walk w = { .r = r, .o = o, .res = ret };
+	buf_init(&w.cache, STATCACHE_MAX);
+	struct st_manifest *prev = NULL;
+	char parent[ST_ID_HEX + 1];
+	int rc = st_session_latest(r, o->session, parent, err);
+	if (rc == 0 && parent[0])
+		rc = st_manifest_load(r, parent, NULL, &prev, err);
+	if (rc < 0) {
+		buf_free(&w.cache);
+		return rc;
+	}
+	w.prev = prev;
+	statcache_load(r, o->session, &w.sc);
+	w.sc_valid = prev && w.sc.n && w.sc.dev == (uint64_t)rst.st_dev &&
+		     w.sc.root_ino == (uint64_t)rst.st_ino;
+	w.buf = malloc(2 * ST_CDC_MAX);
+	if (!w.buf)
+		rc = al_error_set(err, -ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = buf_appendf(&w.cache, "airlock-statcache 1 %" PRIu64 " %" PRIu64 " %" PRId64 "\n",
+				 (uint64_t)rst.st_dev, (uint64_t)rst.st_ino, ts_ns(now)) < 0
+			     ? al_error_set(err, -ENOMEM, "out of memory")
+			     : 0;
+	if (rc == 0)
+		rc = walk_dir(&w, root, "", 1, err);
+	free(w.buf);
+	statcache_free(&w.sc);
+
+	struct st_manifest m = { .created = (int64_t)now.tv_sec, .entries = w.entries,
+				 .n_entries = w.n };
+	snprintf(m.tenant, sizeof(m.tenant), "%s", r->tenant);
+	snprintf(m.session, sizeof(m.session), "%s", o->session);
+	snprintf(m.parent, sizeof(m.parent), "%s", parent);
+	char *text = NULL;
+	size_t len = 0;
+	if (rc == 0) {
+		if (w.n)
+			qsort(w.entries, w.n, sizeof(*w.entries), entry_cmp);
+		rc = st_manifest_write(&m, r->key, r->keylen, &text, &len, err);
+	}
+	for (size_t i = 0; i < w.n; i++) {
+		free(w.entries[i].path);
+		free(w.entries[i].target);
+		free(w.entries[i].chunks);
+	}
+	free(w.entries);
+	st_manifest_free(prev);
+
+	/* Chunks first, then what refers to them. */
+	if (rc == 0) {
+		fault_point();
+		rc = st_cas_flush(r->cas, err);
+	}
+	char key[ST_KEY_MAX + 1];
+	if (rc == 0) {
+		st_manifest_id(text, len, ret->id);
+		key_of(key, sizeof(key), r, "manifests/%s", ret->id);
+		rc = put_step(r, key, text, len, err);
+	}
+	if (rc == 0) {
+		key_of(key, sizeof(key), r, "sessions/%s/log/%020" PRId64 "-%s", o->session,
+		       ts_ns(now), ret->id);
+		rc = put_step(r, key, "", 0, err);
+	}
+	if (rc == 0) {
+		char line[ST_ID_HEX + 2];
+		snprintf(line, sizeof(line), "%s\n", ret->id);
+		key_of(key, sizeof(key), r, "sessions/%s/latest", o->session);
+		rc = put_step(r, key, line, ST_ID_HEX + 1, err);
+	}
+	if (rc == 0) {
+		key_of(key, sizeof(key), r, "sessions/%s/statcache", o->session);
+		rc = put_step(r, key, w.cache.data ? w.cache.data : "", w.cache.len, err);
+	}
+	free(text);
+	buf_free(&w.cache);
+	return rc;
+}
+
+/* ---- restore ---- */
+
+static int open_beneath(int root, const char *path, uint64_t flags, uint64_t mode)
+{
+	struct open_how how = {
+		.flags = flags | O_CLOEXEC | O_NOFOLLOW,
+		.mode = mode,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
+			   RESOLVE_NO_XDEV,
+	};
+	int fd = (int)syscall(SYS_openat2, root, path, &how, sizeof(how));
+	return fd < 0 ? -errno : fd;
+}
+
+/* The directory a path's last segment lives in, opened beneath root. */
+static int parent_fd(int root, const char *path, const char **ret_name)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash) {
+		*ret_name = path;
+		return fcntl(root, F_DUPFD_CLOEXEC, 3);
+	}
+	*ret_name = slash + 1;
+	char dir[ST_PATH_MAX + 1];
+	size_t n = (size_t)(slash - path);
+	if (n >= sizeof(dir))
+		return -ENAMETOOLONG;
+	memcpy(dir, path, n);
+	dir[n] = '\0';
+	return open_beneath(root, dir, O_RDONLY | O_DIRECTORY, 0);
+}
+
+static int empty_dir(int fd)
+{
+	int dup = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
+	if (!d) {
+		if (dup >= 0)
+			close(dup);
+		return -errno;
+	}
+	struct dirent *de;
+	int r = 1;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) {
+			r = 0;
+			break;
+		}
+	closedir(d);
+	return r;
+}
+
+/* Removes everything below dirfd (never following a link). */
+static void remove_below(int dirfd)
+{
+	int dup = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = dup >= 0 ? fdopendir(dup) : NULL;
+	if (!d) {
+		if (dup >= 0)
+			close(dup);
+		return;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (unlinkat(dirfd, de->d_name, 0) == 0)
+			continue;
+		int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub >= 0) {
+			/* A directory we made without write permission. */
+			fchmod(sub, 0700);
+			remove_below(sub);
+			close(sub);
+			unlinkat(dirfd, de->d_name, AT_REMOVEDIR);
+		}
+	}
+	closedir(d);
+}
+
+static int restore_file(struct st_repo *r, int root, const struct st_entry *e,
+			struct al_error *err)
+{
+	const char *name;
+	_cleanup_close_ int pfd = parent_fd(root, e->path, &name);
+	if (pfd < 0)
+		return al_error_set_errno(err, pfd, "cannot open the directory of %s", e->path);
+	_cleanup_close_ int fd =
+		openat(pfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return al_error_set_errno(err, -errno, "cannot create %s", e->path);
+	uint64_t total = 0;
+	for (size_t i = 0; i < e->n_chunks; i++) {
+		void *data = NULL;
+		size_t len = 0;
+		int rc = st_cas_get(r->cas, &e->chunks[i], &data, &len, err);
+		if (rc < 0)
+			return rc;
+		total += len;
+		if (total > e->size) {
+			free(data);
+			return al_error_set(err, -EBADMSG, "%s: the chunks are longer than its size",
+					    e->path);
+		}
+		rc = write_full(fd, data, len);
+		free(data);
+		if (rc < 0)
+			return al_error_set_errno(err, rc, "cannot write %s", e->path);
+	}
+	if (total != e->size)
+		return al_error_set(err, -EBADMSG, "%s: the chunks are shorter than its size",
+				    e->path);
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
+				  { .tv_sec = e->mtime_ns / 1000000000ll,
+				    .tv_nsec = e->mtime_ns % 1000000000ll } };
+	if (ts[1].tv_nsec < 0) {
+		ts[1].tv_sec--;
+		ts[1].tv_nsec += 1000000000l;
+	}
+	if (fchmod(fd, e->mode) < 0 || futimens(fd, ts) < 0)
+		return al_error_set_errno(err, -errno, "cannot set the mode or time of %s", e->path);
+	return 0;
+}
+
+static int restore_entries(struct st_repo *r, int root, const struct st_manifest *m,
+			   struct al_error *err)
+{
+	for (size_t i = 0; i < m->n_entries; i++) {
+		const struct st_entry *e = &m->entries[i];
+		int rc = 0;
+		if (e->type == ST_FILE) {
+			rc = restore_file(r, root, e, err);
+		} else {
+			const char *name;
+			_cleanup_close_ int pfd = parent_fd(root, e->path, &name);
+			if (pfd < 0)
+				return al_error_set_errno(err, pfd, "cannot open the directory of %s",
+							  e->path);
+			if (e->type == ST_DIR) {
+				/* Writable until everything below is in; the mode comes last. */
+				if (mkdirat(pfd, name, 0700) < 0)
+					rc = al_error_set_errno(err, -errno, "cannot create %s", e->path);
+			} else if (symlinkat(e->target, pfd, name) < 0) {
+				rc = al_error_set_errno(err, -errno, "cannot create %s", e->path);
+			} else {
+				struct timespec ts[2] = {
+					{ .tv_nsec = UTIME_OMIT },
+					{ .tv_sec = e->mtime_ns / 1000000000ll,
+					  .tv_nsec = e->mtime_ns % 1000000000ll }
+				};
+				if (ts[1].tv_nsec >= 0)
+					(void)utimensat(pfd, name, ts, AT_SYMLINK_NOFOLLOW);
+			}
+		}
+		if (rc < 0)
+			return rc;
+	}
+	/* Directories last, deepest first: their modes and times. */
+	for (size_t i = m->n_entries; i-- > 0;) {
+		const struct st_entry *e = &m->entries[i];
+		if (e->type != ST_DIR)
+			continue;
+		int fd = open_beneath(root, e->path, O_RDONLY | O_DIRECTORY, 0);
+		if (fd < 0)
+			return al_error_set_errno(err, fd, "cannot open %s", e->path);
+		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
+					  { .tv_sec = e->mtime_ns / 1000000000ll,
+					    .tv_nsec = e->mtime_ns % 1000000000ll } };
+		int rc = 0;
+		if (fchmod(fd, e->mode) < 0 || (ts[1].tv_nsec >= 0 && futimens(fd, ts) < 0))
+			rc = al_error_set_errno(err, -errno, "cannot set the mode of %s", e->path);
+		close(fd);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+int st_restore(struct st_repo *r, const char *id, const char *dir,
+	       const struct st_manifest_limits *limits, struct al_error *err)
+{
+	struct st_manifest *m = NULL;
+	int rc = st_manifest_load(r, id, limits, &m, err);
+	if (rc < 0)
+		return rc;
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		rc = al_error_set_errno(err, -errno, "cannot create %s", dir);
+		st_manifest_free(m);
+		return rc;
+	}
+	_cleanup_close_ int root = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (root < 0) {
+		rc = al_error_set_errno(err, -errno, "%s", dir);
+		st_manifest_free(m);
+		return rc;
+	}
+	int empty = empty_dir(root);
+	if (empty <= 0) {
+		st_manifest_free(m);
+		return empty < 0 ? al_error_set_errno(err, empty, "%s", dir)
+				 : al_error_set(err, -ENOTEMPTY, "%s is not empty", dir);
+	}
+	rc = restore_entries(r, root, m, err);
+	st_manifest_free(m);
+	if (rc < 0)
+		remove_below(root); /* never a partial success */
+	return rc;
+}
+
+/* ---- diff ---- */
+
+static bool same_chunks(const struct st_entry *a, const struct st_entry *b)
+{
+	return a->n_chunks == b->n_chunks &&
+	       (a->n_chunks == 0 || memcmp(a->chunks, b->chunks, a->n_chunks * sizeof(*a->chunks)) == 0);
+}
+
+static int load_file(struct st_repo *r, const struct st_entry *e, struct buf *b,
+		     struct al_error *err)
+{
+	for (size_t i = 0; i < e->n_chunks; i++) {
+		void *data = NULL;
+		size_t len = 0;
+		int rc = st_cas_get(r->cas, &e->chunks[i], &data, &len, err);
+		if (rc < 0)
+			return rc;
+		rc = buf_append(b, data, len);
+		free(data);
+		if (rc < 0)
+			return 1; /* over the diff limit: not diffed */
+	}
+	return 0;
+}
+
+static int diff_text(struct st_repo *r, const struct st_entry *a, const struct st_entry *b,
+		     struct buf *out, struct al_error *err)
+{
+	if (a->size > ST_DIFF_MAX_INPUT || b->size > ST_DIFF_MAX_INPUT)
+		return buf_appendf(out, "Files a/%s and b/%s differ (too large to diff)\n", a->path,
+				   b->path) < 0 ? -ENOMEM : 0;
+	struct buf ba = BUF_INIT(ST_DIFF_MAX_INPUT), bb = BUF_INIT(ST_DIFF_MAX_INPUT);
+	int rc = load_file(r, a, &ba, err);
+	if (rc == 0)
+		rc = load_file(r, b, &bb, err);
+	if (rc == 0) {
+		int d = st_textdiff(ba.data ? ba.data : "", ba.len, bb.data ? bb.data : "", bb.len,
+				    b->path, out);
+		rc = d < 0 ? al_error_set(err, d, "cannot diff %s", b->path) : 0;
+	}
+	buf_free(&ba);
+	buf_free(&bb);
+	return rc < 0 ? rc : 0;
+}
+
+int st_diff(struct st_repo *r, const char *a, const char *b, bool with_text, struct buf *out,
+	    struct al_error *err)
+{
+	struct st_manifest *ma = NULL, *mb = NULL;
+	int rc = st_manifest_load(r, a, NULL, &ma, err);
+	if (rc == 0)
+		rc = st_manifest_load(r, b, NULL, &mb, err);
+	size_t i = 0, j = 0;
+	while (rc == 0 && (i < ma->n_entries || j < mb->n_entries)) {
+		const struct st_entry *ea = i < ma->n_entries ? &ma->entries[i] : NULL;
+		const struct st_entry *eb = j < mb->n_entries ? &mb->entries[j] : NULL;
+		int c = !ea ? 1 : !eb ? -1 : st_path_cmp(ea->path, eb->path);
+		if (c < 0) {
+			rc = buf_appendf(out, "D %s\n", ea->path) < 0 ? -ENOMEM : 0;
+			i++;
+		} else if (c > 0) {
+			rc = buf_appendf(out, "A %s\n", eb->path) < 0 ? -ENOMEM : 0;
+			j++;
+		} else {
+			bool changed = ea->type != eb->type || ea->mode != eb->mode ||
+				       (ea->type == ST_FILE && (ea->size != eb->size || !same_chunks(ea, eb))) ||
+				       (ea->type == ST_SYMLINK && strcmp(ea->target, eb->target) != 0);
+			if (changed) {
+				rc = buf_appendf(out, "M %s\n", eb->path) < 0 ? -ENOMEM : 0;
+				if (rc == 0 && with_text && ea->type == ST_FILE && eb->type == ST_FILE &&
+				    !same_chunks(ea, eb))
+					rc = diff_text(r, ea, eb, out, err);
+			}
+			i++;
+			j++;
+		}
+		if (rc == -ENOMEM)
+			rc = al_error_set(err, rc, "the diff is too large");
+	}
+	st_manifest_free(ma);
+	st_manifest_free(mb);
+	return rc;
+}

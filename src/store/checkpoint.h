@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Checkpoints of a workspace directory: snapshot, restore, diff, list.
+ *
+ * A repository is one tenant's part of an object store plus the HMAC key
+ * that authenticates its manifests. A snapshot walks the workspace without
+ * following symlinks, stores new chunks, then the manifest, then the
+ * session's references: a crash at any step leaves the previous
+ * checkpoints whole (see docs/checkpoints.md).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "store/manifest.h"
+#include "store/objstore.h"
+
+struct st_repo;
+
+struct st_repo_opts {
+	const char *store_dir; /* the directory backend's root */
+	const char *tenant;
+	const uint8_t *key;    /* HMAC key, >= ST_HMAC_KEY_MIN bytes */
+	size_t keylen;
+	int level;             /* zstd level; 0: 3 */
+};
+
+int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_error *err);
+void st_repo_close(struct st_repo *r);
+
+/* Reads a key file (32..1024 bytes, owner-only), creating one with 32
+ * random bytes (0600) when create is set and it does not exist. */
+int st_key_load(const char *path, bool create, uint8_t **ret, size_t *ret_len,
+		struct al_error *err);
+
+struct st_snapshot_opts {
+	const char *workspace;
+	const char *session;
+	/* Called for every entry left out (devices, fifos, sockets) and every
+	 * mode bit dropped (setuid, setgid, sticky); may be NULL. */
+	void (*report)(const char *path, const char *what, void *ud);
+	void *ud;
+};
+
+struct st_snapshot_result {
+	char id[ST_ID_HEX + 1];
+	uint64_t files, dirs, symlinks, skipped;
+	uint64_t bytes;        /* sum of file sizes */
+	uint64_t files_read;   /* files whose bytes were read */
+	uint64_t files_reused; /* files taken from the previous checkpoint unread */
+	uint64_t chunks_new, bytes_new; /* stored by this snapshot (compressed) */
+};
+
+/* Snapshots opts->workspace as the next checkpoint of opts->session. */
+int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
+		struct st_snapshot_result *ret, struct al_error *err);
+
+/* Restores checkpoint id into dir (created if absent; must be empty). On
+ * failure dir is left empty (what was written is removed). */
+int st_restore(struct st_repo *r, const char *id, const char *dir,
+	       const struct st_manifest_limits *limits, struct al_error *err);
+
+/* Loads and checks a checkpoint's manifest. */
+int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,
+		     struct st_manifest **ret, struct al_error *err);
+
+/* The latest checkpoint of a session ("" when none). */
+int st_session_latest(struct st_repo *r, const char *session, char out[ST_ID_HEX + 1],
+		      struct al_error *err);
+
+/* Appends "A path", "D path", "M path" lines (and unified diffs of changed
+ * text files when with_text) for checkpoint a -> b. */
+int st_diff(struct st_repo *r, const char *a, const char *b, bool with_text, struct buf *out,
+	    struct al_error *err);

@@ -1,0 +1,722 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Manifest text: writing and strict parsing (format in manifest.h).
+ *
+ * The parser believes nothing before the HMAC over every byte before the
+ * last line has been checked; after that it still checks every rule, since
+ * an authentic manifest may come from a buggy writer or a stolen key. The
+ * rules on the decoded tree (order, parents, depth, modes, sizes) are one
+ * function, check_entry, used by both the writer and the parser, so a
+ * written manifest always parses and the parser accepts exactly the
+ * canonical form the writer produces.
+ */
+#include "store/manifest.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "common/buf.h"
+#include "common/cleanup.h"
+#include "store/objstore.h"
+
+#define MAGIC_LINE "airlock-manifest 1"
+#define HMAC_PREFIX "hmac "
+#define HMAC_LINE_LEN (sizeof(HMAC_PREFIX) - 1 + 2 * 32 + 1) /* with its LF */
+#define SNIP_MAX 60 /* characters of input an error message may quote */
+#define SNIP_BUF (SNIP_MAX + 4)
+#define TEXT_MAX (SIZE_MAX / 2) /* the writer's buffer; never reached in practice */
+
+static const char hex_lower[] = "0123456789abcdef";
+
+/* A printable quote of at most SNIP_MAX characters of input, for an error
+ * message: bytes outside printable ASCII as \xNN, "..." when cut short. */
+static const char *snip(const char *p, size_t n, char out[SNIP_BUF])
+{
+	size_t o = 0, i = 0;
+	for (; i < n; i++) {
+		unsigned char c = (unsigned char)p[i];
+		bool plain = c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
+		if (o + (plain ? 1 : 4) > SNIP_MAX)
+			break;
+		if (plain) {
+			out[o++] = (char)c;
+		} else {
+			out[o++] = '\\';
+			out[o++] = 'x';
+			out[o++] = hex_lower[c >> 4];
+			out[o++] = hex_lower[c & 15];
+		}
+	}
+	if (i < n) {
+		out[o++] = '.';
+		out[o++] = '.';
+		out[o++] = '.';
+	}
+	out[o] = '\0';
+	return out;
+}
+
+static bool is_lower_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+static bool session_valid(const char *s, size_t n)
+{
+	if (n == 0 || n > ST_SESSION_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* A byte that appears in a path or target as it is; every other is %XX. */
+static bool is_plain(unsigned char c)
+{
+	return c >= 0x21 && c <= 0x7e && c != '%' && c != ',';
+}
+
+static int hmac_hex(const uint8_t *key, size_t keylen, const void *data, size_t len,
+		    char out[ST_ID_HEX + 1])
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	if (keylen > INT_MAX)
+		return -EINVAL;
+	if (!HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)data, len, md, &mdlen) ||
+	    mdlen != 32)
+		return -EIO;
+	for (unsigned i = 0; i < 32; i++) {
+		out[2 * i] = hex_lower[md[i] >> 4];
+		out[2 * i + 1] = hex_lower[md[i] & 15];
+	}
+	out[ST_ID_HEX] = '\0';
+	OPENSSL_cleanse(md, sizeof(md));
+	return 0;
+}
+
+/* Compares the NUL-terminated path e with the n bytes at p, bytewise. */
+static int cmp_path_n(const char *e, const char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char a = (unsigned char)e[i], b = (unsigned char)p[i];
+		if (a != b)
+			return a < b ? -1 : 1;
+	}
+	return e[n] ? 1 : 0;
+}
+
+int st_path_cmp(const char *a, const char *b)
+{
+	int r = strcmp(a, b); /* compares as unsigned char */
+	return r < 0 ? -1 : r > 0;
+}
+
+/* Segments of a decoded path, or 0 (and *why) when it breaks a rule. */
+static size_t path_depth(const char *p, size_t n, const char **why)
+{
+	if (n == 0) {
+		*why = "empty path";
+		return 0;
+	}
+	if (n > ST_PATH_MAX) {
+		*why = "path longer than ST_PATH_MAX";
+		return 0;
+	}
+	if (p[0] == '/') {
+		*why = "absolute path";
+		return 0;
+	}
+	size_t depth = 0, start = 0;
+	for (size_t i = 0; i <= n; i++) {
+		if (i < n && p[i] != '/')
+			continue;
+		size_t len = i - start;
+		if (len == 0) {
+			*why = i == n ? "trailing '/'" : "empty path segment";
+			return 0;
+		}
+		if (p[start] == '.' && (len == 1 || (len == 2 && p[start + 1] == '.'))) {
+			*why = "'.' or '..' segment";
+			return 0;
+		}
+		depth++;
+		start = i + 1;
+	}
+	return depth;
+}
+
+struct check_state {
+	size_t max_depth;
+	uint64_t max_bytes; /* 0: none */
+	uint64_t bytes;	    /* sum of file sizes so far */
+};
+
+/*
+ * The rules on entry i of a decoded tree, entries 0..i-1 having passed
+ * them: NULL when it is fine, else why not.
+ */
+static const char *check_entry(const struct st_entry *entries, size_t i, struct check_state *st)
+{
+	const struct st_entry *e = &entries[i];
+	const char *why = NULL;
+	if (!e->path)
+		return "no path";
+	size_t n = strlen(e->path);
+	size_t depth = path_depth(e->path, n, &why);
+	if (depth == 0)
+		return why;
+	if (depth > st->max_depth)
+		return "deeper than the limit";
+	if (i > 0 && st_path_cmp(entries[i - 1].path, e->path) >= 0)
+		return st_path_cmp(entries[i - 1].path, e->path) == 0 ?
+			       "duplicate path" :
+			       "not sorted after the previous path";
+
+	/* The parent sorts before its children, so when present it is among
+	 * the entries before this one, which are sorted: a binary search.
+	 * (Not a stack of open directories: "a" < "a-b" < "a/b" puts other
+	 * names between a directory and its children.) By induction every
+	 * ancestor is then a directory. */
+	const char *slash = strrchr(e->path, '/');
+	if (slash) {
+		size_t plen = (size_t)(slash - e->path), lo = 0, hi = i;
+		const struct st_entry *parent = NULL;
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			int c = cmp_path_n(entries[mid].path, e->path, plen);
+			if (c == 0) {
+				parent = &entries[mid];
+				break;
+			}
+			if (c < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		if (!parent)
+			return "parent directory not listed before it";
+		if (parent->type == ST_SYMLINK)
+			return "below a symlink";
+		if (parent->type != ST_DIR)
+			return "below a file";
+	}
+
+	switch (e->type) {
+	case ST_DIR:
+		break;
+	case ST_FILE:
+		if (e->size == 0 && e->n_chunks != 0)
+			return "an empty file with chunks";
+		if (e->size != 0 && e->n_chunks == 0)
+			return "a non-empty file without chunks";
+		if (e->size != 0) {
+			/* Every chunk holds 1..ST_CHUNK_MAX bytes. */
+			uint64_t least = e->size / ST_CHUNK_MAX + (e->size % ST_CHUNK_MAX != 0);
+			if (e->n_chunks < least || (uint64_t)e->n_chunks > e->size)
+				return "chunk count does not fit the size";
+			if (!e->chunks)
+				return "no chunk ids";
+		}
+		if (st->max_bytes && e->size > st->max_bytes - st->bytes)
+			return "files add up to more than the byte limit";
+		if (e->size > UINT64_MAX - st->bytes)
+			return "sizes overflow";
+		st->bytes += e->size;
+		break;
+	case ST_SYMLINK:
+		if (!e->target || !e->target[0])
+			return "empty symlink target";
+		if (strlen(e->target) > ST_PATH_MAX)
+			return "symlink target longer than ST_PATH_MAX";
+		return NULL;
+	default:
+		return "unknown entry type";
+	}
+	if (e->mode > 0777)
+		return "mode has bits other than permissions";
+	return NULL;
+}
+
+/* ---- writing ---- */
+
+static int put_name(struct buf *b, const char *s)
+{
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		int r;
+		if (is_plain(*p)) {
+			r = buf_append_char(b, (char)*p);
+		} else {
+			char esc[3] = { '%', "0123456789ABCDEF"[*p >> 4],
+					"0123456789ABCDEF"[*p & 15] };
+			r = buf_append(b, esc, sizeof(esc));
+		}
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int put_entry(struct buf *b, const struct st_entry *e)
+{
+	int r;
+	switch (e->type) {
+	case ST_DIR:
+		r = buf_appendf(b, "d %04" PRIo32 " %" PRId64 " ", e->mode, e->mtime_ns);
+		if (r >= 0)
+			r = put_name(b, e->path);
+		break;
+	case ST_FILE:
+		r = buf_appendf(b, "f %04" PRIo32 " %" PRId64 " %" PRIu64 " ", e->mode, e->mtime_ns,
+				e->size);
+		if (r >= 0)
+			r = put_name(b, e->path);
+		if (r >= 0 && e->n_chunks == 0)
+			r = buf_append(b, " -", 2);
+		for (size_t k = 0; r >= 0 && k < e->n_chunks; k++) {
+			char hex[ST_ID_HEX + 1];
+			st_id_hex(&e->chunks[k], hex);
+			r = buf_append_char(b, k == 0 ? ' ' : ',');
+			if (r >= 0)
+				r = buf_append(b, hex, ST_ID_HEX);
+		}
+		break;
+	case ST_SYMLINK:
+		r = buf_appendf(b, "l %" PRId64 " ", e->mtime_ns);
+		if (r >= 0)
+			r = put_name(b, e->path);
+		if (r >= 0)
+			r = buf_append_char(b, ' ');
+		if (r >= 0)
+			r = put_name(b, e->target);
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (r >= 0)
+		r = buf_append_char(b, '\n');
+	return r < 0 ? r : 0;
+}
+
+int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t keylen, char **ret,
+		      size_t *ret_len, struct al_error *err)
+{
+	char q[SNIP_BUF];
+	if (!m || !ret || !ret_len || !key)
+		return al_error_set(err, -EINVAL, "manifest: nothing to write");
+	if (keylen < ST_HMAC_KEY_MIN)
+		return al_error_set(err, -EINVAL, "manifest: HMAC key shorter than %d bytes",
+				    ST_HMAC_KEY_MIN);
+	if (strnlen(m->tenant, sizeof(m->tenant)) == sizeof(m->tenant) ||
+	    !st_tenant_valid(m->tenant))
+		return al_error_set(err, -EINVAL, "manifest: invalid tenant");
+	size_t slen = strnlen(m->session, sizeof(m->session));
+	if (!session_valid(m->session, slen))
+		return al_error_set(err, -EINVAL, "manifest: invalid session");
+	size_t plen = strnlen(m->parent, sizeof(m->parent));
+	if (plen != 0 && (plen != ST_ID_HEX || !is_lower_hex(m->parent, plen)))
+		return al_error_set(err, -EINVAL, "manifest: parent is not a checkpoint id");
+	if (m->n_entries > ST_MANIFEST_MAX_ENTRIES_DEFAULT)
+		return al_error_set(err, -EINVAL, "manifest: %zu entries, more than %d",
+				    m->n_entries, ST_MANIFEST_MAX_ENTRIES_DEFAULT);
+	if (m->n_entries && !m->entries)
+		return al_error_set(err, -EINVAL, "manifest: no entries");
+
+	struct check_state st = { .max_depth = ST_MANIFEST_MAX_DEPTH_DEFAULT };
+	for (size_t i = 0; i < m->n_entries; i++) {
+		const char *why = check_entry(m->entries, i, &st);
+		if (why) {
+			const char *p = m->entries[i].path ? m->entries[i].path : "";
+			return al_error_set(err, -EINVAL, "manifest: entry %zu \"%s\": %s", i + 1,
+					    snip(p, strlen(p), q), why);
+		}
+	}
+
+	_cleanup_buf_ struct buf b = BUF_INIT(TEXT_MAX);
+	int r = buf_appendf(&b,
+			    MAGIC_LINE "\ntenant %s\nsession %s\nparent %s\ncreated %" PRId64
+				       "\nentries %zu\n",
+			    m->tenant, m->session, plen ? m->parent : "-", m->created,
+			    m->n_entries);
+	for (size_t i = 0; r >= 0 && i < m->n_entries; i++)
+		r = put_entry(&b, &m->entries[i]);
+	char mac[ST_ID_HEX + 1];
+	if (r >= 0)
+		r = hmac_hex(key, keylen, b.data, b.len, mac);
+	if (r >= 0)
+		r = buf_appendf(&b, HMAC_PREFIX "%s\n", mac);
+	if (r < 0)
+		return al_error_set_errno(err, r, "manifest: writing");
+	char *text;
+	size_t len;
+	r = buf_steal(&b, &text, &len);
+	if (r < 0)
+		return al_error_set_errno(err, r, "manifest: writing");
+	*ret = text;
+	*ret_len = len;
+	return 0;
+}
+
+/* ---- parsing ---- */
+
+/* Decodes a path or target field; NULL on success, else why not. */
+static const char *decode_name(const char *s, size_t n, char **ret)
+{
+	if (n == 0)
+		return "empty name";
+	_cleanup_free_ char *out = malloc(n + 1);
+	if (!out)
+		return "out of memory";
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '%') {
+			unsigned v = 0;
+			if (n - i < 3)
+				return "truncated %XX escape";
+			for (size_t k = 1; k <= 2; k++) {
+				char h = s[i + k];
+				if (h >= '0' && h <= '9')
+					v = v * 16 + (unsigned)(h - '0');
+				else if (h >= 'A' && h <= 'F')
+					v = v * 16 + (unsigned)(h - 'A' + 10);
+				else
+					return "bad %XX escape (upper-case hex only)";
+			}
+			if (v == 0)
+				return "encoded NUL";
+			if (is_plain((unsigned char)v))
+				return "escape of a byte that must appear as it is";
+			c = (unsigned char)v;
+			i += 2;
+		} else if (!is_plain(c)) {
+			return "byte that must be escaped";
+		}
+		if (o == ST_PATH_MAX)
+			return "longer than ST_PATH_MAX";
+		out[o++] = (char)c;
+	}
+	out[o] = '\0';
+	*ret = TAKE_PTR(out);
+	return NULL;
+}
+
+/* Signed decimal without leading zeros ("0", "-5", not "-0" or "05"). */
+static bool parse_i64(const char *s, size_t n, int64_t *ret)
+{
+	bool neg = n > 0 && s[0] == '-';
+	const char *d = s + neg;
+	size_t dn = n - neg;
+	if (dn == 0 || dn > 19 || (d[0] == '0' && (dn > 1 || neg)))
+		return false;
+	uint64_t v = 0;
+	for (size_t i = 0; i < dn; i++) {
+		if (d[i] < '0' || d[i] > '9')
+			return false;
+		v = v * 10 + (uint64_t)(d[i] - '0'); /* 19 digits fit */
+	}
+	if (v > (uint64_t)INT64_MAX + neg)
+		return false;
+	*ret = neg ? (int64_t)(0 - v) : (int64_t)v;
+	return true;
+}
+
+static bool parse_u64(const char *s, size_t n, uint64_t *ret)
+{
+	if (n == 0 || n > 20 || (s[0] == '0' && n > 1))
+		return false;
+	uint64_t v = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		unsigned digit = (unsigned)(s[i] - '0');
+		if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, digit, &v))
+			return false;
+	}
+	*ret = v;
+	return true;
+}
+
+/* Permission bits as exactly 4 octal digits, 0000..0777. */
+static bool parse_mode(const char *s, size_t n, uint32_t *ret)
+{
+	if (n != 4 || s[0] != '0')
+		return false;
+	uint32_t v = 0;
+	for (size_t i = 1; i < 4; i++) {
+		if (s[i] < '0' || s[i] > '7')
+			return false;
+		v = v * 8 + (uint32_t)(s[i] - '0');
+	}
+	*ret = v;
+	return true;
+}
+
+static const char *parse_chunks(const char *s, size_t n, struct st_entry *e)
+{
+	if (n == 1 && s[0] == '-')
+		return NULL;
+	size_t count = 1;
+	for (size_t i = 0; i < n; i++)
+		count += s[i] == ',';
+	/* Each id is 64 bytes and a separator: cheap to check before allocating. */
+	if (n != count * (ST_ID_HEX + 1) - 1)
+		return "chunk ids are not 64 hex digits each";
+	e->chunks = calloc(count, sizeof(*e->chunks));
+	if (!e->chunks)
+		return "out of memory";
+	for (size_t k = 0; k < count; k++) {
+		const char *h = s + k * (ST_ID_HEX + 1);
+		if ((k + 1 < count && h[ST_ID_HEX] != ',') || !is_lower_hex(h, ST_ID_HEX) ||
+		    st_id_parse(h, ST_ID_HEX, &e->chunks[k]) < 0)
+			return "chunk ids are not 64 lower-case hex digits each";
+	}
+	e->n_chunks = count;
+	return NULL;
+}
+
+/* Splits a line at single spaces into at most max fields; the count. */
+static size_t split_fields(const char *p, size_t n, const char **f, size_t *fl, size_t max)
+{
+	size_t count = 0, start = 0;
+	for (size_t i = 0; i <= n; i++) {
+		if (i < n && p[i] != ' ')
+			continue;
+		if (count == max)
+			return max + 1;
+		f[count] = p + start;
+		fl[count] = i - start;
+		count++;
+		start = i + 1;
+	}
+	return count;
+}
+
+/* Fills e from an entry line; NULL on success, else why not. */
+static const char *parse_entry(const char *p, size_t n, struct st_entry *e)
+{
+	const char *f[7];
+	size_t fl[7];
+	size_t count = split_fields(p, n, f, fl, 6);
+	if (fl[0] != 1)
+		return "unknown entry type";
+	size_t want;
+	switch (p[0]) {
+	case 'd':
+		want = 4;
+		break;
+	case 'f':
+		want = 6;
+		break;
+	case 'l':
+		want = 4;
+		break;
+	default:
+		return "unknown entry type";
+	}
+	if (count != want)
+		return "wrong number of fields";
+	e->type = (enum st_entry_type)p[0];
+	if (e->type == ST_SYMLINK) {
+		e->mode = 0777; /* what lstat says of every symlink */
+		if (!parse_i64(f[1], fl[1], &e->mtime_ns))
+			return "bad mtime";
+		const char *why = decode_name(f[2], fl[2], &e->path);
+		if (why)
+			return why;
+		return decode_name(f[3], fl[3], &e->target);
+	}
+	if (!parse_mode(f[1], fl[1], &e->mode))
+		return "mode is not 4 octal digits of permission bits (0000-0777)";
+	if (!parse_i64(f[2], fl[2], &e->mtime_ns))
+		return "bad mtime";
+	if (e->type == ST_DIR)
+		return decode_name(f[3], fl[3], &e->path);
+	if (!parse_u64(f[3], fl[3], &e->size))
+		return "bad size";
+	const char *why = decode_name(f[4], fl[4], &e->path);
+	if (why)
+		return why;
+	return parse_chunks(f[5], fl[5], e);
+}
+
+struct line_reader {
+	const char *p, *end; /* what is left; ends with LF */
+	size_t line;	     /* number of the line last read */
+};
+
+static bool next_line(struct line_reader *lr, const char **ret, size_t *ret_len)
+{
+	if (lr->p == lr->end)
+		return false;
+	const char *nl = memchr(lr->p, '\n', (size_t)(lr->end - lr->p));
+	*ret = lr->p;
+	*ret_len = (size_t)(nl - lr->p);
+	lr->p = nl + 1;
+	lr->line++;
+	return true;
+}
+
+/* A header line "<key> <value>": the value, or NULL. */
+static const char *header_value(struct line_reader *lr, const char *key, size_t *ret_len)
+{
+	const char *p;
+	size_t n, kl = strlen(key);
+	if (!next_line(lr, &p, &n) || n <= kl + 1 || memcmp(p, key, kl) != 0 || p[kl] != ' ')
+		return NULL;
+	*ret_len = n - kl - 1;
+	return p + kl + 1;
+}
+
+static int bad_line(struct al_error *err, size_t line, const char *what, const char *p, size_t n)
+{
+	char q[SNIP_BUF];
+	return al_error_set(err, -EBADMSG, "manifest line %zu: %s: \"%s\"", line, what,
+			    snip(p, n, q));
+}
+
+static void entries_free(struct st_entry *entries, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(entries[i].path);
+		free(entries[i].target);
+		free(entries[i].chunks);
+	}
+	free(entries);
+}
+
+void st_manifest_free(struct st_manifest *m)
+{
+	if (!m)
+		return;
+	entries_free(m->entries, m->n_entries);
+	free(m);
+}
+
+DEFINE_CLEANUP_FUNC(struct st_manifest, st_manifest_free)
+
+int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t keylen,
+		      const char *tenant, const struct st_manifest_limits *limits,
+		      struct st_manifest **ret, struct al_error *err)
+{
+	if (!key || keylen < ST_HMAC_KEY_MIN)
+		return al_error_set(err, -EINVAL, "manifest: HMAC key shorter than %d bytes",
+				    ST_HMAC_KEY_MIN);
+	if (!tenant || !st_tenant_valid(tenant))
+		return al_error_set(err, -EINVAL, "manifest: invalid tenant to check against");
+	if (!text && len)
+		return al_error_set(err, -EINVAL, "manifest: no text");
+
+	/* 1. The last line is the HMAC of every byte before it. */
+	if (len < HMAC_LINE_LEN || text[len - 1] != '\n')
+		return al_error_set(err, -EBADMSG, "manifest: not authentic (no hmac line)");
+	size_t body_len = len - HMAC_LINE_LEN;
+	const char *mac_line = text + body_len;
+	if ((body_len > 0 && text[body_len - 1] != '\n') ||
+	    memcmp(mac_line, HMAC_PREFIX, sizeof(HMAC_PREFIX) - 1) != 0)
+		return al_error_set(err, -EBADMSG, "manifest: not authentic (no hmac line)");
+	char mac[ST_ID_HEX + 1];
+	int r = hmac_hex(key, keylen, text, body_len, mac);
+	if (r < 0)
+		return al_error_set_errno(err, r, "manifest: computing its HMAC");
+	if (CRYPTO_memcmp(mac, mac_line + sizeof(HMAC_PREFIX) - 1, ST_ID_HEX) != 0)
+		return al_error_set(err, -EBADMSG, "manifest: not authentic (hmac mismatch)");
+
+	/* 2. The header, line by line. */
+	size_t max_entries = limits && limits->max_entries ? limits->max_entries :
+							     ST_MANIFEST_MAX_ENTRIES_DEFAULT;
+	struct check_state st = {
+		.max_depth = limits && limits->max_depth ? limits->max_depth :
+							   ST_MANIFEST_MAX_DEPTH_DEFAULT,
+		.max_bytes = limits ? limits->max_bytes : 0,
+	};
+	struct line_reader lr = { .p = text, .end = text + body_len };
+	const char *p = NULL, *v;
+	size_t n = 0, vn;
+	if (!next_line(&lr, &p, &n) || n != strlen(MAGIC_LINE) || memcmp(p, MAGIC_LINE, n) != 0)
+		return bad_line(err, 1, "not an airlock manifest version 1", p, n);
+
+	_cleanup_(st_manifest_freep) struct st_manifest *m = calloc(1, sizeof(*m));
+	if (!m)
+		return al_error_set_errno(err, -ENOMEM, "manifest");
+
+	if (!(v = header_value(&lr, "tenant", &vn)))
+		return al_error_set(err, -EBADMSG, "manifest line 2: expected \"tenant <name>\"");
+	if (vn != strlen(tenant) || memcmp(v, tenant, vn) != 0)
+		return al_error_set(err, -EACCES, "manifest line 2: not a manifest of tenant %s",
+				    tenant);
+	memcpy(m->tenant, v, vn);
+
+	if (!(v = header_value(&lr, "session", &vn)) || !session_valid(v, vn))
+		return al_error_set(err, -EBADMSG,
+				    "manifest line 3: expected \"session <[a-zA-Z0-9._-]{1,64}>\"");
+	memcpy(m->session, v, vn);
+
+	if (!(v = header_value(&lr, "parent", &vn)) ||
+	    !((vn == 1 && v[0] == '-') || (vn == ST_ID_HEX && is_lower_hex(v, vn))))
+		return al_error_set(err, -EBADMSG,
+				    "manifest line 4: expected \"parent <checkpoint id or ->\"");
+	if (vn == ST_ID_HEX)
+		memcpy(m->parent, v, vn);
+
+	if (!(v = header_value(&lr, "created", &vn)) || !parse_i64(v, vn, &m->created))
+		return al_error_set(err, -EBADMSG,
+				    "manifest line 5: expected \"created <seconds>\"");
+
+	uint64_t count;
+	if (!(v = header_value(&lr, "entries", &vn)) || !parse_u64(v, vn, &count))
+		return al_error_set(err, -EBADMSG, "manifest line 6: expected \"entries <count>\"");
+	if (count > max_entries)
+		return al_error_set(err, -EBADMSG,
+				    "manifest line 6: %" PRIu64 " entries, more than the limit %zu",
+				    count, max_entries);
+	size_t lines = 0;
+	for (const char *s = lr.p; (s = memchr(s, '\n', (size_t)(lr.end - s))); s++)
+		lines++;
+	if (lines != count)
+		return al_error_set(err, -EBADMSG,
+				    "manifest line 6: %" PRIu64
+				    " entries declared, %zu entry lines",
+				    count, lines);
+
+	/* 3. The entries: count is bounded by the input's lines now. */
+	if (count > 0) {
+		m->entries = calloc((size_t)count, sizeof(*m->entries));
+		if (!m->entries)
+			return al_error_set_errno(err, -ENOMEM, "manifest: %" PRIu64 " entries",
+						  count);
+	}
+	for (size_t i = 0; i < count; i++) {
+		next_line(&lr, &p, &n);
+		m->n_entries = i + 1; /* so st_manifest_free sees what parse_entry allocated */
+		const char *why = parse_entry(p, n, &m->entries[i]);
+		if (!why)
+			why = check_entry(m->entries, i, &st);
+		if (why)
+			return bad_line(err, lr.line, why, p, n);
+	}
+
+	*ret = TAKE_PTR(m);
+	return 0;
+}
+
+void st_manifest_id(const char *text, size_t len, char out[ST_ID_HEX + 1])
+{
+	struct st_id id;
+	st_sha256(text, len, &id);
+	st_id_hex(&id, out);
+}

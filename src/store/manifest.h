@@ -1,0 +1,108 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A checkpoint's manifest: the tree of a workspace (directories, regular
+ * files with their chunk ids, symlinks), bound to its tenant and session
+ * and authenticated with an HMAC-SHA256 under a key the control side holds.
+ * The checkpoint's id is the SHA-256 (hex) of the manifest's bytes.
+ *
+ * Text format, one record per line, LF-terminated, nothing else allowed:
+ *
+ *   airlock-manifest 1
+ *   tenant <tenant>
+ *   session <session>                 [a-zA-Z0-9._-]{1,64}
+ *   parent <checkpoint id | ->
+ *   created <unix seconds>
+ *   entries <count>
+ *   d <mode> <mtime_ns> <path>
+ *   f <mode> <mtime_ns> <size> <path> <chunk-id>[,<chunk-id>...]   ("-" for an empty file)
+ *   l <mtime_ns> <path> <target>
+ *   hmac <hex of HMAC-SHA256(key, every byte before this line)>
+ *
+ * mode: 4 octal digits of permission bits only (no setuid, setgid or
+ * sticky: 0000..0777); mtime_ns: signed decimal nanoseconds; size: decimal.
+ * Numbers have no leading zeros ("0" itself aside) and no '+'; "-0" is
+ * refused. A file of size s has from ceil(s / ST_CHUNK_MAX) to s chunks.
+ * path and target: bytes 0x21..0x7e except '%' and ',' as they are, every
+ * other byte as %XX (upper-case hex); no NUL (not even encoded); never
+ * empty, at most ST_PATH_MAX bytes decoded.
+ * Paths are relative ("a/b"), with no empty, "." or ".." segment, no
+ * leading or trailing '/'; entries are sorted by path (bytewise, after
+ * decoding) with no duplicates, and every path's parent directory is a
+ * "d" entry listed before it (top-level entries have none). A symlink is
+ * never a parent. The workspace root itself is not an entry.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "store/cas.h"
+
+#define ST_SESSION_MAX 64
+#define ST_PATH_MAX 4096       /* one path, decoded */
+#define ST_MANIFEST_MAX_ENTRIES_DEFAULT 1000000
+#define ST_MANIFEST_MAX_DEPTH_DEFAULT 256
+#define ST_HMAC_KEY_MIN 32
+
+enum st_entry_type {
+	ST_DIR = 'd',
+	ST_FILE = 'f',
+	ST_SYMLINK = 'l',
+};
+
+struct st_entry {
+	enum st_entry_type type;
+	char *path;         /* decoded, NUL-terminated */
+	char *target;       /* symlinks: decoded target */
+	uint32_t mode;      /* permission bits */
+	int64_t mtime_ns;
+	uint64_t size;      /* files */
+	struct st_id *chunks;
+	size_t n_chunks;
+};
+
+struct st_manifest {
+	char tenant[ST_TENANT_MAX + 1];
+	char session[ST_SESSION_MAX + 1];
+	char parent[ST_ID_HEX + 1]; /* "" when none */
+	int64_t created;
+	struct st_entry *entries;
+	size_t n_entries;
+};
+
+struct st_manifest_limits {
+	size_t max_entries; /* 0: ST_MANIFEST_MAX_ENTRIES_DEFAULT */
+	size_t max_depth;   /* path segments; 0: ST_MANIFEST_MAX_DEPTH_DEFAULT */
+	uint64_t max_bytes; /* sum of file sizes; 0: no limit */
+};
+
+/*
+ * Writes the manifest (entries must already be sorted and valid under the
+ * default limits; -EINVAL otherwise). Fields the format does not carry for
+ * a type (a symlink's mode, a directory's size) are ignored; a parsed
+ * symlink has mode 0777. *ret is malloc'd text. key: the HMAC key
+ * (>= ST_HMAC_KEY_MIN bytes).
+ */
+int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t keylen,
+		      char **ret, size_t *ret_len, struct al_error *err);
+
+/*
+ * Parses and checks a manifest: the HMAC first (-EBADMSG "not authentic"
+ * before anything else is believed), then that it belongs to tenant
+ * (-EACCES otherwise) and every rule above (-EBADMSG naming the line).
+ * limits may be NULL (defaults).
+ */
+int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t keylen,
+		      const char *tenant, const struct st_manifest_limits *limits,
+		      struct st_manifest **ret, struct al_error *err);
+
+void st_manifest_free(struct st_manifest *m);
+
+/* The checkpoint id of manifest text: SHA-256 hex. */
+void st_manifest_id(const char *text, size_t len, char out[ST_ID_HEX + 1]);
+
+/* Path order used by manifests: bytewise on decoded paths ("a" < "a-b" <
+ * "a/b" < "a0"), so a directory always sorts before what is in it. */
+int st_path_cmp(const char *a, const char *b);

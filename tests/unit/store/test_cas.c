@@ -1,0 +1,434 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store/cas.h"
+
+static char tmpdir[64];
+static char root[128];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	if (flag == FTW_DP)
+		return rmdir(path);
+	return unlink(path);
+}
+
+static int setup(void **state)
+{
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_cas.XXXXXX");
+	if (!mkdtemp(tmpdir))
+		return -1;
+	snprintf(root, sizeof(root), "%s/store", tmpdir);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	return nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static struct st_objstore *os_open(void)
+{
+	struct st_objstore *s = NULL;
+	struct al_error err = { 0 };
+	if (st_objstore_open_dir(root, &s, &err) < 0)
+		fail_msg("open %s: %s", root, al_error_message(&err));
+	return s;
+}
+
+static struct st_cas *cas_open(struct st_objstore *os)
+{
+	struct st_cas *c = NULL;
+	struct al_error err = { 0 };
+	if (st_cas_open(os, "t", 3, &c, &err) < 0)
+		fail_msg("cas open: %s", al_error_message(&err));
+	return c;
+}
+
+/* Deterministic pseudo-random bytes (xorshift), so failures reproduce. */
+static void fill(void *p, size_t len, uint64_t seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+	uint8_t *b = p;
+	for (size_t i = 0; i < len; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		b[i] = (uint8_t)x;
+	}
+}
+
+static struct st_id put_ok(struct st_cas *c, const void *data, size_t len, bool want_new)
+{
+	struct st_id id;
+	bool is_new = !want_new;
+	struct al_error err = { 0 };
+	if (st_cas_put(c, data, len, &id, &is_new, &err) < 0)
+		fail_msg("put: %s", al_error_message(&err));
+	assert_int_equal(is_new, want_new);
+	struct st_id want;
+	st_sha256(data, len, &want);
+	assert_memory_equal(id.b, want.b, ST_ID_LEN);
+	return id;
+}
+
+static void get_is(struct st_cas *c, const struct st_id *id, const void *want, size_t len)
+{
+	void *data = NULL;
+	size_t n = 0;
+	struct al_error err = { 0 };
+	if (st_cas_get(c, id, &data, &n, &err) < 0)
+		fail_msg("get: %s", al_error_message(&err));
+	assert_int_equal(n, len);
+	if (len)
+		assert_memory_equal(data, want, len);
+	free(data);
+}
+
+static void test_ids(void **state)
+{
+	struct st_id id, back;
+	char hex[ST_ID_HEX + 1];
+	st_sha256("abc", 3, &id);
+	st_id_hex(&id, hex);
+	assert_string_equal(hex,
+			    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	assert_int_equal(st_id_parse(hex, ST_ID_HEX, &back), 0);
+	assert_memory_equal(back.b, id.b, ST_ID_LEN);
+	assert_int_equal(st_id_parse(hex, ST_ID_HEX - 1, &back), -EINVAL);
+	hex[3] = 'A';
+	assert_int_equal(st_id_parse(hex, ST_ID_HEX, &back), -EINVAL);
+	hex[3] = 'g';
+	assert_int_equal(st_id_parse(hex, ST_ID_HEX, &back), -EINVAL);
+}
+
+static void test_round_trip_and_dedupe(void **state)
+{
+	struct st_objstore *os = os_open();
+	struct st_cas *c = cas_open(os);
+	struct al_error err = { 0 };
+
+	size_t big = ST_CHUNK_MAX;
+	uint8_t *data = malloc(big + 1);
+	assert_non_null(data);
+	fill(data, big + 1, 1);
+
+	struct st_id r1 = put_ok(c, data, 5000, true);
+	struct st_id empty = put_ok(c, "", 0, true);
+	struct st_id full = put_ok(c, data, big, true);
+	assert_true(st_cas_has(c, &r1) && st_cas_has(c, &empty) && st_cas_has(c, &full));
+
+	/* Readable from the open pack, before any flush. */
+	get_is(c, &r1, data, 5000);
+	get_is(c, &empty, "", 0);
+	get_is(c, &full, data, big);
+
+	/* Over the maximum: refused, nothing stored. */
+	struct st_id id;
+	assert_int_equal(st_cas_put(c, data, big + 1, &id, NULL, &err), -EFBIG);
+
+	/* Dedupe in the open pack. */
+	put_ok(c, data, 5000, false);
+	put_ok(c, "", 0, false);
+	bool is_new = true;
+	assert_int_equal(st_cas_put_id(c, &r1, data, 5000, &is_new, &err), 0);
+	assert_false(is_new);
+
+	struct st_cas_stats st;
+	st_cas_stats(c, &st);
+	assert_int_equal(st.chunks_new, 3);
+	assert_int_equal(st.chunks_dup, 3);
+	assert_int_equal(st.packs_written, 0);
+	assert_int_equal(st.bytes_in, 5000 + 0 + big + 5000 + 0 + 5000);
+	assert_true(st.bytes_stored > big && st.bytes_stored < big + big / 50);
+
+	/* Compressible data compresses. */
+	uint8_t *zeros = calloc(1, 100000);
+	assert_non_null(zeros);
+	struct st_id z = put_ok(c, zeros, 100000, true);
+	st_cas_stats(c, &st);
+	assert_true(st.bytes_stored < big + big / 50 + 1000);
+
+	assert_int_equal(st_cas_flush(c, &err), 0);
+	assert_int_equal(st_cas_flush(c, &err), 0); /* nothing open: no empty pack */
+	st_cas_stats(c, &st);
+	assert_int_equal(st.packs_written, 1);
+	/* Sealed: read back from the pack object. */
+	get_is(c, &r1, data, 5000);
+	get_is(c, &z, zeros, 100000);
+	/* Dedupe against sealed packs. */
+	put_ok(c, data, big, false);
+	st_cas_close(c);
+
+	/* A new open sees everything through the index. */
+	c = cas_open(os);
+	assert_true(st_cas_has(c, &r1) && st_cas_has(c, &empty) && st_cas_has(c, &full));
+	get_is(c, &full, data, big);
+	get_is(c, &empty, "", 0);
+	put_ok(c, data, 5000, false);
+	st_cas_stats(c, &st);
+	assert_int_equal(st.chunks_new, 0);
+	assert_int_equal(st.chunks_dup, 1);
+
+	/* Absent chunk. */
+	struct st_id none;
+	st_sha256("none", 4, &none);
+	assert_false(st_cas_has(c, &none));
+	void *out = (void *)1;
+	size_t n = 7;
+	al_error_clear(&err);
+	assert_int_equal(st_cas_get(c, &none, &out, &n, &err), -ENOENT);
+	assert_int_equal(n, 7);
+	char hex[ST_ID_HEX + 1];
+	st_id_hex(&none, hex);
+	assert_non_null(strstr(err.msg, hex));
+
+	st_cas_close(c);
+	free(zeros);
+	free(data);
+	st_objstore_close(os);
+}
+
+struct packs_seen {
+	size_t packs, chunks;
+	char first[ST_ID_HEX + 1];
+};
+
+static int count_pack(const char *hex, const struct st_id *chunks, size_t n, void *ud)
+{
+	struct packs_seen *p = ud;
+	if (p->packs++ == 0)
+		memcpy(p->first, hex, ST_ID_HEX + 1);
+	p->chunks += n;
+	return 0;
+}
+
+static void test_many_packs(void **state)
+{
+	struct st_objstore *os = os_open();
+	struct st_cas *c = cas_open(os);
+	struct al_error err = { 0 };
+	st_cas_set_pack_target(c, 64 * 1024);
+
+	enum { N = 300, LEN = 3000 };
+	static uint8_t buf[N][LEN];
+	struct st_id ids[N];
+	for (int i = 0; i < N; i++) {
+		fill(buf[i], LEN, (uint64_t)i + 100);
+		ids[i] = put_ok(c, buf[i], LEN, true);
+	}
+	struct st_cas_stats st;
+	st_cas_stats(c, &st);
+	/* ~3 KiB each, 64 KiB packs: sealed automatically, ~14 of them. */
+	assert_true(st.packs_written >= 10);
+	uint64_t sealed = st.packs_written;
+	for (int i = 0; i < N; i += 7)
+		get_is(c, &ids[i], buf[i], LEN);
+	assert_int_equal(st_cas_flush(c, &err), 0);
+	st_cas_close(c);
+
+	c = cas_open(os);
+	struct packs_seen seen = { 0 };
+	assert_int_equal(st_cas_each_pack(c, count_pack, &seen, &err), 0);
+	assert_int_equal(seen.packs, sealed + 1);
+	assert_int_equal(seen.chunks, N);
+	for (int i = 0; i < N; i++) {
+		assert_true(st_cas_has(c, &ids[i]));
+		get_is(c, &ids[i], buf[i], LEN);
+	}
+	/* Pack and index objects exist under the documented keys. */
+	char key[ST_KEY_MAX + 1];
+	snprintf(key, sizeof(key), "tenants/t/packs/%s", seen.first);
+	assert_int_equal(st_obj_exists(os, key, &err), 1);
+	snprintf(key, sizeof(key), "tenants/t/index/%s", seen.first);
+	assert_int_equal(st_obj_exists(os, key, &err), 1);
+	/* Another tenant sees none of it. */
+	struct st_cas *other = NULL;
+	assert_int_equal(st_cas_open(os, "u", 3, &other, &err), 0);
+	assert_false(st_cas_has(other, &ids[0]));
+	st_cas_close(other);
+	other = NULL;
+	assert_int_equal(st_cas_open(os, "../t", 3, &other, &err), -EINVAL);
+	assert_int_equal(st_cas_open(os, "t", 0, &other, &err), -EINVAL);
+	assert_null(other);
+	st_cas_close(c);
+	st_objstore_close(os);
+}
+
+/* The path of the only pack (or index) object of tenant t. */
+static void only_object(const char *kind, char *path, size_t size)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "ls %s/tenants/t/%s", root, kind);
+	FILE *f = popen(cmd, "r");
+	assert_non_null(f);
+	char name[128];
+	assert_non_null(fgets(name, sizeof(name), f));
+	pclose(f);
+	name[strcspn(name, "\n")] = '\0';
+	assert_int_equal(strlen(name), ST_ID_HEX);
+	snprintf(path, size, "%s/tenants/t/%s/%s", root, kind, name);
+}
+
+static void flip_byte(const char *path, off_t off)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	assert_true(fd >= 0);
+	uint8_t b;
+	assert_int_equal(pread(fd, &b, 1, off), 1);
+	b ^= 0x40;
+	assert_int_equal(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+static off_t file_size(const char *path)
+{
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	return st.st_size;
+}
+
+/* Stores two chunks in one pack and returns their ids. */
+static void store_two(struct st_id ids[2], uint8_t data[2][4000])
+{
+	struct st_objstore *os = os_open();
+	struct st_cas *c = cas_open(os);
+	struct al_error err = { 0 };
+	fill(data[0], 4000, 7);
+	fill(data[1], 4000, 8);
+	ids[0] = put_ok(c, data[0], 4000, true);
+	ids[1] = put_ok(c, data[1], 4000, true);
+	assert_int_equal(st_cas_flush(c, &err), 0);
+	st_cas_close(c);
+	st_objstore_close(os);
+}
+
+static void get_fails(struct st_cas *c, const struct st_id *id, int code)
+{
+	void *out = NULL;
+	size_t n = 0;
+	struct al_error err = { 0 };
+	char hex[ST_ID_HEX + 1];
+	st_id_hex(id, hex);
+	assert_int_equal(st_cas_get(c, id, &out, &n, &err), code);
+	assert_null(out);
+	if (!strstr(err.msg, hex))
+		fail_msg("error '%s' does not name chunk %s", err.msg, hex);
+}
+
+static void test_corrupt_pack(void **state)
+{
+	struct st_id ids[2];
+	static uint8_t data[2][4000];
+	store_two(ids, data);
+	char pack[256];
+	only_object("packs", pack, sizeof(pack));
+	off_t size = file_size(pack);
+
+	struct st_objstore *os = os_open();
+	struct st_cas *c = cas_open(os);
+	/* A byte in the second chunk's frame: the first still reads. */
+	flip_byte(pack, size - 100);
+	get_is(c, &ids[0], data[0], 4000);
+	get_fails(c, &ids[1], -EBADMSG);
+	flip_byte(pack, size - 100);
+	get_is(c, &ids[1], data[1], 4000);
+	/* A byte of a record header (the first chunk's length). */
+	flip_byte(pack, 15 + 32);
+	get_fails(c, &ids[0], -EBADMSG);
+	flip_byte(pack, 15 + 32);
+	/* A byte of the first frame's header area. */
+	flip_byte(pack, 15 + 40 + 5);
+	get_fails(c, &ids[0], -EBADMSG);
+	flip_byte(pack, 15 + 40 + 5);
+	get_is(c, &ids[0], data[0], 4000);
+
+	/* Truncated: the last chunk is cut off. */
+	assert_int_equal(truncate(pack, size - 10), 0);
+	get_is(c, &ids[0], data[0], 4000);
+	get_fails(c, &ids[1], -EBADMSG);
+	/* Gone altogether: an error naming the chunk, not a crash. */
+	assert_int_equal(unlink(pack), 0);
+	get_fails(c, &ids[0], -ENOENT);
+	st_cas_close(c);
+	st_objstore_close(os);
+}
+
+static void open_fails(const char *what)
+{
+	struct st_objstore *os = os_open();
+	struct st_cas *c = NULL;
+	struct al_error err = { 0 };
+	int r = st_cas_open(os, "t", 3, &c, &err);
+	if (r != -EBADMSG)
+		fail_msg("%s: open returned %d (%s)", what, r, al_error_message(&err));
+	assert_null(c);
+	if (!strstr(err.msg, "tenants/t/index/"))
+		fail_msg("%s: error '%s' does not name the index object", what, err.msg);
+	st_objstore_close(os);
+}
+
+static void test_corrupt_index(void **state)
+{
+	struct st_id ids[2];
+	static uint8_t data[2][4000];
+	store_two(ids, data);
+	char index[256];
+	only_object("index", index, sizeof(index));
+	off_t size = file_size(index);
+	assert_int_equal(size, 32 + 2 * 48 + 32);
+
+	/* Every byte matters: magic, header, records, checksum. */
+	static const off_t at[] = { 0, 15, 16, 24, 28, 32, 32 + 33, 32 + 48 + 40, 32 + 96, 159 };
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+		flip_byte(index, at[i]);
+		open_fails("flipped byte");
+		flip_byte(index, at[i]);
+	}
+	assert_int_equal(truncate(index, size - 1), 0);
+	open_fails("truncated index");
+	assert_int_equal(truncate(index, 0), 0);
+	open_fails("empty index");
+
+	/* An index object whose name is not a pack id. */
+	assert_int_equal(unlink(index), 0);
+	char path[256];
+	snprintf(path, sizeof(path), "%s/tenants/t/index/notanid", root);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	open_fails("bad name");
+	assert_int_equal(unlink(path), 0);
+
+	/* Without its index, a pack is invisible (GC's business). */
+	struct st_objstore *os = os_open();
+	struct st_cas *c = cas_open(os);
+	assert_false(st_cas_has(c, &ids[0]));
+	st_cas_close(c);
+	st_objstore_close(os);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ids),
+		cmocka_unit_test_setup_teardown(test_round_trip_and_dedupe, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_many_packs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_corrupt_pack, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_corrupt_index, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
