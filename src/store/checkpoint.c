@@ -136,6 +136,11 @@ int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_e
 	return 0;
 }
 
+struct st_cas *st_repo_cas(struct st_repo *r)
+{
+	return r->cas;
+}
+
 void st_repo_close(struct st_repo *r)
 {
 	if (!r)
@@ -723,6 +728,59 @@ static int put_step(struct st_repo *r, const char *key, const void *data, size_t
 	return st_obj_put(r->os, key, data, len, err);
 }
 
+/*
+ * Stores entries (sorted here) as the session's next checkpoint: chunks
+ * first, then what refers to them. cache: the new stat cache, or NULL to
+ * drop the session's (it would describe another tree).
+ */
+static int commit(struct st_repo *r, const char *session, const char *parent,
+		  struct st_entry *entries, size_t n, struct timespec now, const struct buf *cache,
+		  char out_id[ST_ID_HEX + 1], struct al_error *err)
+{
+	if (n)
+		qsort(entries, n, sizeof(*entries), entry_cmp);
+	struct st_manifest m = { .created = (int64_t)now.tv_sec, .entries = entries,
+				 .n_entries = n };
+	snprintf(m.tenant, sizeof(m.tenant), "%s", r->tenant);
+	snprintf(m.session, sizeof(m.session), "%s", session);
+	snprintf(m.parent, sizeof(m.parent), "%s", parent);
+	char *text = NULL;
+	size_t len = 0;
+	int rc = st_manifest_write(&m, r->key, r->keylen, &text, &len, err);
+	if (rc == 0) {
+		fault_point();
+		rc = st_cas_flush(r->cas, err);
+	}
+	char key[ST_KEY_MAX + 1];
+	if (rc == 0) {
+		st_manifest_id(text, len, out_id);
+		key_of(key, sizeof(key), r, "manifests/%s", out_id);
+		rc = put_step(r, key, text, len, err);
+	}
+	if (rc == 0) {
+		key_of(key, sizeof(key), r, "sessions/%s/log/%020" PRId64 "-%s", session,
+		       ts_ns(now), out_id);
+		rc = put_step(r, key, "", 0, err);
+	}
+	if (rc == 0 && !cache) {
+		key_of(key, sizeof(key), r, "sessions/%s/statcache", session);
+		fault_point();
+		rc = st_obj_del(r->os, key, err);
+	}
+	if (rc == 0) {
+		char line[ST_ID_HEX + 2];
+		snprintf(line, sizeof(line), "%s\n", out_id);
+		key_of(key, sizeof(key), r, "sessions/%s/latest", session);
+		rc = put_step(r, key, line, ST_ID_HEX + 1, err);
+	}
+	if (rc == 0 && cache) {
+		key_of(key, sizeof(key), r, "sessions/%s/statcache", session);
+		rc = put_step(r, key, cache->data ? cache->data : "", cache->len, err);
+	}
+	free(text);
+	return rc;
+}
+
 int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 		struct st_snapshot_result *ret, struct al_error *err)
 {
@@ -769,18 +827,8 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	free(w.buf);
 	statcache_free(&w.sc);
 
-	struct st_manifest m = { .created = (int64_t)now.tv_sec, .entries = w.entries,
-				 .n_entries = w.n };
-	snprintf(m.tenant, sizeof(m.tenant), "%s", r->tenant);
-	snprintf(m.session, sizeof(m.session), "%s", o->session);
-	snprintf(m.parent, sizeof(m.parent), "%s", parent);
-	char *text = NULL;
-	size_t len = 0;
-	if (rc == 0) {
-		if (w.n)
-			qsort(w.entries, w.n, sizeof(*w.entries), entry_cmp);
-		rc = st_manifest_write(&m, r->key, r->keylen, &text, &len, err);
-	}
+	if (rc == 0)
+		rc = commit(r, o->session, parent, w.entries, w.n, now, &w.cache, ret->id, err);
 	for (size_t i = 0; i < w.n; i++) {
 		free(w.entries[i].path);
 		free(w.entries[i].target);
@@ -788,36 +836,24 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	}
 	free(w.entries);
 	st_manifest_free(prev);
-
-	/* Chunks first, then what refers to them. */
-	if (rc == 0) {
-		fault_point();
-		rc = st_cas_flush(r->cas, err);
-	}
-	char key[ST_KEY_MAX + 1];
-	if (rc == 0) {
-		st_manifest_id(text, len, ret->id);
-		key_of(key, sizeof(key), r, "manifests/%s", ret->id);
-		rc = put_step(r, key, text, len, err);
-	}
-	if (rc == 0) {
-		key_of(key, sizeof(key), r, "sessions/%s/log/%020" PRId64 "-%s", o->session,
-		       ts_ns(now), ret->id);
-		rc = put_step(r, key, "", 0, err);
-	}
-	if (rc == 0) {
-		char line[ST_ID_HEX + 2];
-		snprintf(line, sizeof(line), "%s\n", ret->id);
-		key_of(key, sizeof(key), r, "sessions/%s/latest", o->session);
-		rc = put_step(r, key, line, ST_ID_HEX + 1, err);
-	}
-	if (rc == 0) {
-		key_of(key, sizeof(key), r, "sessions/%s/statcache", o->session);
-		rc = put_step(r, key, w.cache.data ? w.cache.data : "", w.cache.len, err);
-	}
-	free(text);
 	buf_free(&w.cache);
 	return rc;
+}
+
+int st_commit(struct st_repo *r, const char *session, struct st_entry *entries, size_t n,
+	      char out_id[ST_ID_HEX + 1], struct al_error *err)
+{
+	fault_init();
+	if (!session_valid(session))
+		return al_error_set(err, -EINVAL, "session '%s': expected 1 to %d of [a-z0-9._-]",
+				    session, ST_SESSION_MAX);
+	char parent[ST_ID_HEX + 1];
+	int rc = st_session_latest(r, session, parent, err);
+	if (rc < 0)
+		return rc;
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	return commit(r, session, parent, entries, n, now, NULL, out_id, err);
 }
 
 /* ---- restore ---- */

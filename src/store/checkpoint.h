@@ -59,6 +59,18 @@ struct st_snapshot_result {
 int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 		struct st_snapshot_result *ret, struct al_error *err);
 
+/*
+ * Stores entries (paths and fields as in a manifest; chunks already in the
+ * repository's chunk store, st_repo_cas) as the session's next checkpoint,
+ * e.g. from an imported archive. Sorts entries in place; refuses what a
+ * manifest could not hold. The session's stat cache is dropped.
+ */
+int st_commit(struct st_repo *r, const char *session, struct st_entry *entries, size_t n,
+	      char out_id[ST_ID_HEX + 1], struct al_error *err);
+
+/* The repository's chunk store (for importers). */
+struct st_cas *st_repo_cas(struct st_repo *r);
+
 /* Restores checkpoint id into dir (created if absent; must be empty). On
  * failure dir is left empty (what was written is removed). */
 int st_restore(struct st_repo *r, const char *id, const char *dir,
