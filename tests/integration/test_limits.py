@@ -42,7 +42,9 @@ def test_pids_limit_stops_fork_bomb(airlock):
     # timeout); the host can still fork.
     t0 = time.monotonic()
     p = sh(airlock, "b() { b | b & }; b; sleep 3", "--pids", "64", "--timeout", "10")
-    assert p.returncode in (0, 124), p.returncode
+    # 0: the bomb burnt out before `sleep`; 2: sh itself could not fork
+    # `sleep` while the bomb still held the limit; 124: the timeout.
+    assert p.returncode in (0, 2, 124), p.returncode
     assert b"fork" in p.stderr.lower()
     assert time.monotonic() - t0 < 20
     assert subprocess.run(["true"]).returncode == 0
