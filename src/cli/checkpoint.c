@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* `airlock checkpoint`: workspace checkpoints for operators and tests. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -14,7 +15,9 @@
 #include "common/cleanup.h"
 #include "common/fdutil.h"
 #include "common/parse.h"
+#include "store/archive.h"
 #include "store/checkpoint.h"
+#include "store/gc.h"
 
 #define DEFAULT_STORE "/var/lib/airlock/store"
 #define DEFAULT_KEY "/var/lib/airlock/checkpoint.key"
@@ -26,6 +29,10 @@ static const char usage[] =
 	"       airlock checkpoint diff A B [--names-only]\n"
 	"       airlock checkpoint ls ID\n"
 	"       airlock checkpoint latest [--session S]\n"
+	"       airlock checkpoint gc [--keep-last K] [--keep-days N] [--dry-run]\n"
+	"       airlock checkpoint export ID -o FILE.tar   (-o -: standard output)\n"
+	"       airlock checkpoint import FILE.tar [--session S] [--max-bytes SIZE]\n"
+	"                                      [--max-files N] [--max-depth N]   prints the id\n"
 	"common options:\n"
 	"  --store DIR     the object store (default $AIRLOCK_STORE_DIR or " DEFAULT_STORE ")\n"
 	"  --tenant T      the tenant (default: default)\n"
@@ -290,6 +297,171 @@ static int do_latest(struct copts *o)
 	return 0;
 }
 
+/* FILE is written whole or not at all: a temporary file beside it, renamed. */
+static int export_to_file(struct st_repo *r, const char *id, const char *file)
+{
+	size_t n = strlen(file);
+	_cleanup_free_ char *tmp = malloc(n + sizeof(".tmp-XXXXXX"));
+	if (!tmp)
+		return fail("out of memory");
+	memcpy(tmp, file, n);
+	memcpy(tmp + n, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
+	int fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return fail("cannot create a temporary file beside %s: %s", file, strerror(errno));
+	struct al_error err = { 0 };
+	int rc = st_export_tar(r, id, fd, &err);
+	if (rc == 0 && fsync(fd) < 0)
+		rc = al_error_set_errno(&err, -errno, "cannot write %s", tmp);
+	if (close(fd) < 0 && rc == 0)
+		rc = al_error_set_errno(&err, -errno, "cannot write %s", tmp);
+	if (rc == 0 && rename(tmp, file) < 0)
+		rc = al_error_set_errno(&err, -errno, "cannot rename %s to %s", tmp, file);
+	if (rc < 0) {
+		unlink(tmp);
+		return fail("%s", al_error_message(&err));
+	}
+	/* The rename is durable once the directory is. */
+	_cleanup_free_ char *dir = strdup(file);
+	if (dir) {
+		char *slash = strrchr(dir, '/');
+		const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
+		int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0) {
+			(void)fsync(dfd);
+			close(dfd);
+		}
+	}
+	return 0;
+}
+
+/* export takes -o FILE (or --output FILE) besides the common options. */
+static int do_export(int argc, char **argv)
+{
+	const char *out = NULL;
+	_cleanup_free_ char **rest = calloc((size_t)argc + 1, sizeof(*rest));
+	if (!rest)
+		return fail("out of memory");
+	int n = 0;
+	for (int i = 0; i < argc; i++) {
+		if (i > 0 && (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0)) {
+			if (i + 1 >= argc || out)
+				return fail("usage: airlock checkpoint export ID -o FILE.tar");
+			out = argv[++i];
+		} else if (i > 0 && strncmp(argv[i], "--output=", 9) == 0 && !out) {
+			out = argv[i] + 9;
+		} else {
+			rest[n++] = argv[i];
+		}
+	}
+	struct copts o = { 0 };
+	int rc = parse(n, rest, &o);
+	if (rc)
+		return rc;
+	if (o.n_args != 1 || !out || !out[0])
+		return fail("usage: airlock checkpoint export ID -o FILE.tar");
+	struct st_repo *r = NULL;
+	rc = open_repo(&o, false, &r);
+	if (rc)
+		return rc;
+	if (strcmp(out, "-") == 0) {
+		struct al_error err = { 0 };
+		rc = st_export_tar(r, o.args[0], 1, &err);
+		st_repo_close(r);
+		return rc < 0 ? fail("%s", al_error_message(&err)) : 0;
+	}
+	rc = export_to_file(r, o.args[0], out);
+	st_repo_close(r);
+	return rc;
+}
+
+static int do_import(struct copts *o)
+{
+	if (o->n_args != 1)
+		return fail("usage: airlock checkpoint import FILE.tar [--session S]");
+	const char *file = o->args[0];
+	_cleanup_close_ int fd = strcmp(file, "-") == 0
+					 ? fcntl(0, F_DUPFD_CLOEXEC, 3)
+					 : open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return fail("%s: %s", file, strerror(errno));
+	struct st_repo *r = NULL;
+	int rc = open_repo(o, true, &r);
+	if (rc)
+		return rc;
+	char id[ST_ID_HEX + 1];
+	struct st_import_report rep;
+	struct al_error err = { 0 };
+	rc = st_import_tar(r, fd, o->session, &o->limits, id, &rep, &err);
+	st_repo_close(r);
+	if (rc < 0)
+		return fail("%s", al_error_message(&err));
+	printf("%s\n", id);
+	fprintf(stderr,
+		"airlock: %" PRIu64 " files, %" PRIu64 " directories (%" PRIu64
+		" not in the archive), %" PRIu64 " symlinks; %" PRIu64 " bytes, %" PRIu64
+		" new chunks (%" PRIu64 " bytes)\n",
+		rep.files, rep.dirs, rep.implied_dirs, rep.symlinks, rep.bytes, rep.chunks_new,
+		rep.bytes_new);
+	return 0;
+}
+
+/* gc takes --keep-last K, --keep-days N and --dry-run besides the common
+ * options; AIRLOCK_GC_NOW (unix seconds) stands in for the clock (tests). */
+static int do_gc(int argc, char **argv)
+{
+	struct st_gc_opts go = { 0 };
+	_cleanup_free_ char **rest = calloc((size_t)argc + 1, sizeof(*rest));
+	if (!rest)
+		return fail("out of memory");
+	int n = 0;
+	for (int i = 0; i < argc; i++) {
+		bool last = i > 0 && strcmp(argv[i], "--keep-last") == 0;
+		if (last || (i > 0 && strcmp(argv[i], "--keep-days") == 0)) {
+			uint64_t v;
+			if (i + 1 >= argc || parse_u64(argv[i + 1], &v) < 0 || v > 1000000)
+				return fail("%s wants a count", argv[i]);
+			*(last ? &go.keep_last : &go.keep_days) = (unsigned)v;
+			i++;
+		} else if (i > 0 && strcmp(argv[i], "--dry-run") == 0) {
+			go.dry_run = true;
+		} else {
+			rest[n++] = argv[i];
+		}
+	}
+	const char *now = getenv("AIRLOCK_GC_NOW");
+	uint64_t v;
+	if (now && *now) {
+		if (parse_u64(now, &v) < 0 || v > (uint64_t)INT64_MAX)
+			return fail("AIRLOCK_GC_NOW wants unix seconds, not '%s'", now);
+		go.now = (int64_t)v;
+	}
+	struct copts o = { 0 };
+	int rc = parse(n, rest, &o);
+	if (rc)
+		return rc;
+	if (o.n_args != 0)
+		return fail("usage: airlock checkpoint gc [--keep-last K] [--keep-days N] [--dry-run]");
+	struct st_repo *r = NULL;
+	rc = open_repo(&o, false, &r);
+	if (rc)
+		return rc;
+	struct st_gc_result res;
+	struct al_error err = { 0 };
+	rc = st_gc(r, &go, &res, &err);
+	st_repo_close(r);
+	if (rc < 0)
+		return fail("%s", al_error_message(&err));
+	printf("gc%s: %" PRIu64 " checkpoints deleted, %" PRIu64 " kept; %" PRIu64
+	       " manifests deleted; %" PRIu64 " packs deleted, %" PRIu64
+	       " without an index deleted, %" PRIu64 " kept (%" PRIu64 " partly used); %" PRIu64
+	       " temp files deleted; %" PRIu64 " bytes freed\n",
+	       go.dry_run ? " (dry run, nothing deleted)" : "", res.checkpoints_deleted,
+	       res.checkpoints_kept, res.manifests_deleted, res.packs_deleted, res.packs_orphan,
+	       res.packs_kept, res.packs_partial, res.temp_deleted, res.bytes_freed);
+	return 0;
+}
+
 int cmd_checkpoint(int argc, char **argv)
 {
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
@@ -297,6 +469,10 @@ int cmd_checkpoint(int argc, char **argv)
 		return argc < 2 ? EXIT_AIRLOCK_ERROR : 0;
 	}
 	const char *sub = argv[1];
+	if (strcmp(sub, "gc") == 0)
+		return do_gc(argc - 1, argv + 1);
+	if (strcmp(sub, "export") == 0)
+		return do_export(argc - 1, argv + 1);
 	struct copts o = { 0 };
 	int rc = parse(argc - 1, argv + 1, &o);
 	if (rc)
@@ -311,5 +487,7 @@ int cmd_checkpoint(int argc, char **argv)
 		return do_ls(&o);
 	if (strcmp(sub, "latest") == 0)
 		return do_latest(&o);
+	if (strcmp(sub, "import") == 0)
+		return do_import(&o);
 	return fail("unknown checkpoint command '%s' (try `airlock checkpoint --help`)", sub);
 }

@@ -51,6 +51,7 @@ struct st_repo {
 	char tenant[ST_TENANT_MAX + 1];
 	uint8_t *key;
 	size_t keylen;
+	int level;
 };
 
 /* ---- fault injection for the crash tests: AIRLOCK_FAULT_STEP=N dies at
@@ -125,9 +126,10 @@ int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_e
 	}
 	memcpy(r->key, o->key, o->keylen);
 	r->keylen = o->keylen;
+	r->level = o->level ? o->level : 3;
 	int rc = st_objstore_open_dir(o->store_dir, &r->os, err);
 	if (rc == 0)
-		rc = st_cas_open(r->os, r->tenant, o->level ? o->level : 3, &r->cas, err);
+		rc = st_cas_open(r->os, r->tenant, r->level, &r->cas, err);
 	if (rc < 0) {
 		st_repo_close(r);
 		return rc;
@@ -139,6 +141,36 @@ int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_e
 struct st_cas *st_repo_cas(struct st_repo *r)
 {
 	return r->cas;
+}
+
+struct st_objstore *st_repo_objstore(struct st_repo *r)
+{
+	return r->os;
+}
+
+const char *st_repo_tenant(const struct st_repo *r)
+{
+	return r->tenant;
+}
+
+int st_repo_lock_writer(struct st_repo *r, int *ret_fd, struct al_error *err)
+{
+	_cleanup_close_ int fd = -1;
+	int rc = st_objstore_lock(r->os, false, &fd, err);
+	if (rc < 0)
+		return rc;
+	struct st_cas_stats cs;
+	st_cas_stats(r->cas, &cs);
+	if (cs.chunks_new == 0 && cs.packs_written == 0) {
+		struct st_cas *fresh = NULL;
+		rc = st_cas_open(r->os, r->tenant, r->level, &fresh, err);
+		if (rc < 0)
+			return rc;
+		st_cas_close(r->cas);
+		r->cas = fresh;
+	}
+	*ret_fd = TAKE_FD(fd);
+	return 0;
 }
 
 void st_repo_close(struct st_repo *r)
@@ -789,6 +821,11 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	if (!session_valid(o->session))
 		return al_error_set(err, -EINVAL, "session '%s': expected 1 to %d of [a-z0-9._-]",
 				    o->session, ST_SESSION_MAX);
+	/* Held until the last reference is written: GC waits (store/gc.h). */
+	_cleanup_close_ int lock = -1;
+	int lrc = st_repo_lock_writer(r, &lock, err);
+	if (lrc < 0)
+		return lrc;
 	_cleanup_close_ int root =
 		open(o->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
 	if (root < 0)
@@ -847,8 +884,12 @@ int st_commit(struct st_repo *r, const char *session, struct st_entry *entries, 
 	if (!session_valid(session))
 		return al_error_set(err, -EINVAL, "session '%s': expected 1 to %d of [a-z0-9._-]",
 				    session, ST_SESSION_MAX);
+	_cleanup_close_ int lock = -1;
+	int rc = st_repo_lock_writer(r, &lock, err);
+	if (rc < 0)
+		return rc;
 	char parent[ST_ID_HEX + 1];
-	int rc = st_session_latest(r, session, parent, err);
+	rc = st_session_latest(r, session, parent, err);
 	if (rc < 0)
 		return rc;
 	struct timespec now;

@@ -70,6 +70,19 @@ int st_commit(struct st_repo *r, const char *session, struct st_entry *entries, 
 
 /* The repository's chunk store (for importers). */
 struct st_cas *st_repo_cas(struct st_repo *r);
+/* Its object store and tenant (for GC, store/gc.h). */
+struct st_objstore *st_repo_objstore(struct st_repo *r);
+const char *st_repo_tenant(const struct st_repo *r);
+
+/*
+ * Takes the store's lock shared for a writer (st_objstore_lock) and, when
+ * this repository has stored no chunk yet, rereads its chunk index: a GC
+ * since it was read may have removed packs, and a chunk deduplicated
+ * against one of them would be lost. st_snapshot and st_commit take it
+ * themselves; an importer takes it before its first st_cas_put and closes
+ * *ret_fd after st_commit, so that GC collects none of its chunks.
+ */
+int st_repo_lock_writer(struct st_repo *r, int *ret_fd, struct al_error *err);
 
 /* Restores checkpoint id into dir (created if absent; must be empty). On
  * failure dir is left empty (what was written is removed). */

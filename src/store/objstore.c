@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -610,4 +611,32 @@ int st_objstore_sweep_temp(struct st_objstore *s, unsigned min_age_sec, struct a
 	if (fd < 0)
 		return al_error_set_errno(err, -errno, "sweep %s", d->root);
 	return sweep_dir(fd, time(NULL) - (time_t)min_age_sec, 0, err, d->root);
+}
+
+/* ---- the writer/collector lock ---- */
+
+#define LOCK_NAME ".lock" /* not a key: keys start with "tenants/" */
+
+int st_objstore_lock(struct st_objstore *s, bool exclusive, int *ret_fd, struct al_error *err)
+{
+	if (!s || s->ops != &dir_ops)
+		return al_error_set(err, -EOPNOTSUPP,
+				    "this object store has no lock (a lease object is future work)");
+	struct dir_store *d = to_dir(s);
+	_cleanup_close_ int fd = openat(d->root_fd, LOCK_NAME,
+					O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+	if (fd < 0)
+		return al_error_set_errno(err, -errno, "object store %s: cannot open its lock",
+					  d->root);
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return al_error_set(err, -EINVAL, "object store %s: its lock is not a regular file",
+				    d->root);
+	while (flock(fd, exclusive ? LOCK_EX : LOCK_SH) < 0) {
+		if (errno != EINTR)
+			return al_error_set_errno(err, -errno, "object store %s: cannot lock it",
+						  d->root);
+	}
+	*ret_fd = TAKE_FD(fd);
+	return 0;
 }

@@ -58,6 +58,21 @@ int st_objstore_open_dir(const char *root, struct st_objstore **ret, struct al_e
  * flight are left alone. Returns the count removed; 0 for other backends. */
 int st_objstore_sweep_temp(struct st_objstore *s, unsigned min_age_sec, struct al_error *err);
 
+/*
+ * The store's writer/collector lock. Writers (snapshot, commit, import) hold
+ * it shared from before their first chunk is stored until their last
+ * reference is written; GC holds it exclusive for its mark and sweep, so no
+ * chunk of a write in flight is ever collected (see store/gc.h). On *ret_fd
+ * it returns a descriptor to close to release the lock. Blocks until
+ * granted.
+ *
+ * Directory backend: flock(2) on "<root>/.lock" (created 0600), so it works
+ * between processes on one host. Other backends return -EOPNOTSUPP: an
+ * S3-compatible backend cannot flock and will need a lease object (written
+ * with a conditional put, renewed while held, taken over once expired).
+ */
+int st_objstore_lock(struct st_objstore *s, bool exclusive, int *ret_fd, struct al_error *err);
+
 /* Keys: 1..ST_KEY_MAX bytes of [a-z0-9._-] segments separated by '/', no
  * empty, "." or ".." segment, starting with "tenants/<tenant>/". */
 bool st_key_valid(const char *key);
