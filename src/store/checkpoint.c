@@ -126,7 +126,7 @@ int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_e
 	}
 	memcpy(r->key, o->key, o->keylen);
 	r->keylen = o->keylen;
-	r->level = o->level ? o->level : 3;
+	r->level = o->level ? o->level : 1;
 	int rc = st_objstore_open_dir(o->store_dir, &r->os, err);
 	if (rc == 0)
 		rc = st_cas_open(r->os, r->tenant, r->level, &r->cas, err);

@@ -26,7 +26,7 @@ struct st_repo_opts {
 	const char *tenant;
 	const uint8_t *key;    /* HMAC key, >= ST_HMAC_KEY_MIN bytes */
 	size_t keylen;
-	int level;             /* zstd level; 0: 3 */
+	int level;             /* zstd level; 0: 1 (fast; the store is a little larger than at 3) */
 };
 
 int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_error *err);
