@@ -53,6 +53,7 @@ bench: build
 	@scripts/deps.sh --bench
 	@bench/run.sh $(abspath $(AIRLOCK))
 	@bench/gateway.sh $(abspath $(AIRLOCK))
+	@bench/checkpoint.sh $(abspath $(AIRLOCK))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
