@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,18 +38,6 @@ static const char usage[] =
 	"  --key FILE      the manifests' HMAC key (default $AIRLOCK_CHECKPOINT_KEY or\n"
 	"                  " DEFAULT_KEY "; `create` makes it when absent)\n";
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fputs("airlock: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-	return EXIT_AIRLOCK_ERROR;
-}
 
 enum {
 	OPT_STORE = 256,
@@ -121,17 +108,17 @@ static int parse(int argc, char **argv, struct copts *o)
 			break;
 		case OPT_MAX_BYTES:
 			if (parse_size(optarg, &v) < 0 || v == 0)
-				return fail("--max-bytes wants a size such as 10G, not '%s'", optarg);
+				return cli_fail("--max-bytes wants a size such as 10G, not '%s'", optarg);
 			o->limits.max_bytes = v;
 			break;
 		case OPT_MAX_FILES:
 			if (parse_u64(optarg, &v) < 0 || v == 0 || v > 100000000)
-				return fail("--max-files wants a count, not '%s'", optarg);
+				return cli_fail("--max-files wants a count, not '%s'", optarg);
 			o->limits.max_entries = (size_t)v;
 			break;
 		case OPT_MAX_DEPTH:
 			if (parse_u64(optarg, &v) < 0 || v == 0 || v > 4096)
-				return fail("--max-depth wants a count, not '%s'", optarg);
+				return cli_fail("--max-depth wants a count, not '%s'", optarg);
 			o->limits.max_depth = (size_t)v;
 			break;
 		case OPT_NAMES_ONLY:
@@ -141,7 +128,7 @@ static int parse(int argc, char **argv, struct copts *o)
 			fputs(usage, stdout);
 			exit(0);
 		default:
-			return fail("unknown or incomplete option '%s' (try `airlock checkpoint --help`)",
+			return cli_fail("unknown or incomplete option '%s' (try `airlock checkpoint --help`)",
 				    argv[optind - 1]);
 		}
 	}
@@ -157,14 +144,14 @@ static int open_repo(const struct copts *o, bool create_key, struct st_repo **re
 	size_t keylen = 0;
 	int r = st_key_load(o->key, create_key, &key, &keylen, &err);
 	if (r < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	struct st_repo_opts ro = { .store_dir = o->store, .tenant = o->tenant, .key = key,
 				   .keylen = keylen };
 	r = st_repo_open(&ro, ret, &err);
 	explicit_bzero(key, keylen);
 	free(key);
 	if (r < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	return 0;
 }
 
@@ -189,7 +176,7 @@ static void report(const char *path, const char *what, void *ud)
 static int do_create(struct copts *o)
 {
 	if (!o->workspace || o->n_args != 0)
-		return fail("usage: airlock checkpoint create --workspace DIR [--session S]");
+		return cli_fail("usage: airlock checkpoint create --workspace DIR [--session S]");
 	struct st_repo *r = NULL;
 	int rc = open_repo(o, true, &r);
 	if (rc)
@@ -201,7 +188,7 @@ static int do_create(struct copts *o)
 	rc = st_snapshot(r, &so, &res, &err);
 	st_repo_close(r);
 	if (rc < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	printf("%s\n", res.id);
 	fprintf(stderr,
 		"airlock: %" PRIu64 " files (%" PRIu64 " read, %" PRIu64 " unchanged), %" PRIu64
@@ -215,7 +202,7 @@ static int do_create(struct copts *o)
 static int do_restore(struct copts *o)
 {
 	if (o->n_args != 1 || !o->to)
-		return fail("usage: airlock checkpoint restore ID --to DIR");
+		return cli_fail("usage: airlock checkpoint restore ID --to DIR");
 	struct st_repo *r = NULL;
 	int rc = open_repo(o, false, &r);
 	if (rc)
@@ -223,13 +210,13 @@ static int do_restore(struct copts *o)
 	struct al_error err = { 0 };
 	rc = st_restore(r, o->args[0], o->to, &o->limits, &err);
 	st_repo_close(r);
-	return rc < 0 ? fail("%s", al_error_message(&err)) : 0;
+	return rc < 0 ? cli_fail("%s", al_error_message(&err)) : 0;
 }
 
 static int do_diff(struct copts *o)
 {
 	if (o->n_args != 2)
-		return fail("usage: airlock checkpoint diff A B");
+		return cli_fail("usage: airlock checkpoint diff A B");
 	struct st_repo *r = NULL;
 	int rc = open_repo(o, false, &r);
 	if (rc)
@@ -241,13 +228,13 @@ static int do_diff(struct copts *o)
 	if (rc == 0 && out.len)
 		rc = write_full(1, out.data, out.len) < 0 ? -EIO : 0;
 	buf_free(&out);
-	return rc < 0 ? fail("%s", rc == -EIO ? "cannot write" : al_error_message(&err)) : 0;
+	return rc < 0 ? cli_fail("%s", rc == -EIO ? "cannot write" : al_error_message(&err)) : 0;
 }
 
 static int do_ls(struct copts *o)
 {
 	if (o->n_args != 1)
-		return fail("usage: airlock checkpoint ls ID");
+		return cli_fail("usage: airlock checkpoint ls ID");
 	struct st_repo *r = NULL;
 	int rc = open_repo(o, false, &r);
 	if (rc)
@@ -257,7 +244,7 @@ static int do_ls(struct copts *o)
 	rc = st_manifest_load(r, o->args[0], &o->limits, &m, &err);
 	st_repo_close(r);
 	if (rc < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	for (size_t i = 0; i < m->n_entries; i++) {
 		const struct st_entry *e = &m->entries[i];
 		if (e->type == ST_DIR)
@@ -274,13 +261,13 @@ static int do_ls(struct copts *o)
 		fputc('\n', stdout);
 	}
 	st_manifest_free(m);
-	return fflush(stdout) == 0 ? 0 : fail("cannot write");
+	return fflush(stdout) == 0 ? 0 : cli_fail("cannot write");
 }
 
 static int do_latest(struct copts *o)
 {
 	if (o->n_args != 0)
-		return fail("usage: airlock checkpoint latest [--session S]");
+		return cli_fail("usage: airlock checkpoint latest [--session S]");
 	struct st_repo *r = NULL;
 	int rc = open_repo(o, false, &r);
 	if (rc)
@@ -290,9 +277,9 @@ static int do_latest(struct copts *o)
 	rc = st_session_latest(r, o->session, id, &err);
 	st_repo_close(r);
 	if (rc < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	if (!id[0])
-		return fail("session %s has no checkpoint", o->session);
+		return cli_fail("session %s has no checkpoint", o->session);
 	printf("%s\n", id);
 	return 0;
 }
@@ -303,12 +290,12 @@ static int export_to_file(struct st_repo *r, const char *id, const char *file)
 	size_t n = strlen(file);
 	_cleanup_free_ char *tmp = malloc(n + sizeof(".tmp-XXXXXX"));
 	if (!tmp)
-		return fail("out of memory");
+		return cli_fail("out of memory");
 	memcpy(tmp, file, n);
 	memcpy(tmp + n, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
 	int fd = mkostemp(tmp, O_CLOEXEC);
 	if (fd < 0)
-		return fail("cannot create a temporary file beside %s: %s", file, strerror(errno));
+		return cli_fail("cannot create a temporary file beside %s: %s", file, strerror(errno));
 	struct al_error err = { 0 };
 	int rc = st_export_tar(r, id, fd, &err);
 	if (rc == 0 && fsync(fd) < 0)
@@ -319,7 +306,7 @@ static int export_to_file(struct st_repo *r, const char *id, const char *file)
 		rc = al_error_set_errno(&err, -errno, "cannot rename %s to %s", tmp, file);
 	if (rc < 0) {
 		unlink(tmp);
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	}
 	/* The rename is durable once the directory is. */
 	_cleanup_free_ char *dir = strdup(file);
@@ -341,12 +328,12 @@ static int do_export(int argc, char **argv)
 	const char *out = NULL;
 	_cleanup_free_ char **rest = calloc((size_t)argc + 1, sizeof(*rest));
 	if (!rest)
-		return fail("out of memory");
+		return cli_fail("out of memory");
 	int n = 0;
 	for (int i = 0; i < argc; i++) {
 		if (i > 0 && (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0)) {
 			if (i + 1 >= argc || out)
-				return fail("usage: airlock checkpoint export ID -o FILE.tar");
+				return cli_fail("usage: airlock checkpoint export ID -o FILE.tar");
 			out = argv[++i];
 		} else if (i > 0 && strncmp(argv[i], "--output=", 9) == 0 && !out) {
 			out = argv[i] + 9;
@@ -359,7 +346,7 @@ static int do_export(int argc, char **argv)
 	if (rc)
 		return rc;
 	if (o.n_args != 1 || !out || !out[0])
-		return fail("usage: airlock checkpoint export ID -o FILE.tar");
+		return cli_fail("usage: airlock checkpoint export ID -o FILE.tar");
 	struct st_repo *r = NULL;
 	rc = open_repo(&o, false, &r);
 	if (rc)
@@ -368,7 +355,7 @@ static int do_export(int argc, char **argv)
 		struct al_error err = { 0 };
 		rc = st_export_tar(r, o.args[0], 1, &err);
 		st_repo_close(r);
-		return rc < 0 ? fail("%s", al_error_message(&err)) : 0;
+		return rc < 0 ? cli_fail("%s", al_error_message(&err)) : 0;
 	}
 	rc = export_to_file(r, o.args[0], out);
 	st_repo_close(r);
@@ -378,13 +365,13 @@ static int do_export(int argc, char **argv)
 static int do_import(struct copts *o)
 {
 	if (o->n_args != 1)
-		return fail("usage: airlock checkpoint import FILE.tar [--session S]");
+		return cli_fail("usage: airlock checkpoint import FILE.tar [--session S]");
 	const char *file = o->args[0];
 	_cleanup_close_ int fd = strcmp(file, "-") == 0
 					 ? fcntl(0, F_DUPFD_CLOEXEC, 3)
 					 : open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
-		return fail("%s: %s", file, strerror(errno));
+		return cli_fail("%s: %s", file, strerror(errno));
 	struct st_repo *r = NULL;
 	int rc = open_repo(o, true, &r);
 	if (rc)
@@ -395,7 +382,7 @@ static int do_import(struct copts *o)
 	rc = st_import_tar(r, fd, o->session, &o->limits, id, &rep, &err);
 	st_repo_close(r);
 	if (rc < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	printf("%s\n", id);
 	fprintf(stderr,
 		"airlock: %" PRIu64 " files, %" PRIu64 " directories (%" PRIu64
@@ -413,14 +400,14 @@ static int do_gc(int argc, char **argv)
 	struct st_gc_opts go = { 0 };
 	_cleanup_free_ char **rest = calloc((size_t)argc + 1, sizeof(*rest));
 	if (!rest)
-		return fail("out of memory");
+		return cli_fail("out of memory");
 	int n = 0;
 	for (int i = 0; i < argc; i++) {
 		bool last = i > 0 && strcmp(argv[i], "--keep-last") == 0;
 		if (last || (i > 0 && strcmp(argv[i], "--keep-days") == 0)) {
 			uint64_t v;
 			if (i + 1 >= argc || parse_u64(argv[i + 1], &v) < 0 || v > 1000000)
-				return fail("%s wants a count", argv[i]);
+				return cli_fail("%s wants a count", argv[i]);
 			*(last ? &go.keep_last : &go.keep_days) = (unsigned)v;
 			i++;
 		} else if (i > 0 && strcmp(argv[i], "--dry-run") == 0) {
@@ -433,7 +420,7 @@ static int do_gc(int argc, char **argv)
 	uint64_t v;
 	if (now && *now) {
 		if (parse_u64(now, &v) < 0 || v > (uint64_t)INT64_MAX)
-			return fail("AIRLOCK_GC_NOW wants unix seconds, not '%s'", now);
+			return cli_fail("AIRLOCK_GC_NOW wants unix seconds, not '%s'", now);
 		go.now = (int64_t)v;
 	}
 	struct copts o = { 0 };
@@ -441,7 +428,7 @@ static int do_gc(int argc, char **argv)
 	if (rc)
 		return rc;
 	if (o.n_args != 0)
-		return fail("usage: airlock checkpoint gc [--keep-last K] [--keep-days N] [--dry-run]");
+		return cli_fail("usage: airlock checkpoint gc [--keep-last K] [--keep-days N] [--dry-run]");
 	struct st_repo *r = NULL;
 	rc = open_repo(&o, false, &r);
 	if (rc)
@@ -451,7 +438,7 @@ static int do_gc(int argc, char **argv)
 	rc = st_gc(r, &go, &res, &err);
 	st_repo_close(r);
 	if (rc < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	printf("gc%s: %" PRIu64 " checkpoints deleted, %" PRIu64 " kept; %" PRIu64
 	       " manifests deleted; %" PRIu64 " packs deleted, %" PRIu64
 	       " without an index deleted, %" PRIu64 " kept (%" PRIu64 " partly used); %" PRIu64
@@ -489,5 +476,5 @@ int cmd_checkpoint(int argc, char **argv)
 		return do_latest(&o);
 	if (strcmp(sub, "import") == 0)
 		return do_import(&o);
-	return fail("unknown checkpoint command '%s' (try `airlock checkpoint --help`)", sub);
+	return cli_fail("unknown checkpoint command '%s' (try `airlock checkpoint --help`)", sub);
 }

@@ -46,6 +46,9 @@ void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *lab
 int cli_open_audit(const char *path, bool nofollow);
 int cli_listen_unix(const char *path);
 
+/* Prints "airlock: MESSAGE" (through the log) and returns EXIT_AIRLOCK_ERROR. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 int cmd_sandbox(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_gateway(int argc, char **argv);

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,24 +33,13 @@ static const char gateway_usage[] =
 	"  --audit FILE           append audit lines to FILE (default: stdout)\n"
 	"  --ca-out FILE          write the interception CA certificate (PEM) for clients\n";
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char msg[1024];
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	log_error("%s", msg);
-	return EXIT_AIRLOCK_ERROR;
-}
 
 static int list_add(char **list, size_t *n, const char *opt, char *arg)
 {
 	if (!*arg)
-		return fail("%s wants a value", opt);
+		return cli_fail("%s wants a value", opt);
 	if (*n >= CLI_GW_MAX_LIST)
-		return fail("too many %s options (at most %d)", opt, CLI_GW_MAX_LIST);
+		return cli_fail("too many %s options (at most %d)", opt, CLI_GW_MAX_LIST);
 	list[(*n)++] = arg;
 	return 0;
 }
@@ -64,30 +52,30 @@ int cli_gw_option(struct cli_gw_opts *g, int opt, char *arg)
 		return list_add(g->allow, &g->n_allow, "--allow", arg);
 	case OPT_GW_GRANT:
 		if (strncmp(arg, "github:", 7) != 0 || !arg[7])
-			return fail("--grant wants github:OWNER/REPO, not '%s'", arg);
+			return cli_fail("--grant wants github:OWNER/REPO, not '%s'", arg);
 		return list_add(g->grants, &g->n_grants, "--grant", arg);
 	case OPT_GW_UPSTREAM:
 		if (!strchr(arg, '='))
-			return fail("--upstream wants HOST:PORT=ADDR:PORT, not '%s'", arg);
+			return cli_fail("--upstream wants HOST:PORT=ADDR:PORT, not '%s'", arg);
 		return list_add(g->upstreams, &g->n_upstreams, "--upstream", arg);
 	case OPT_GW_UPSTREAM_CA:
 		return list_add(g->upstream_cas, &g->n_upstream_cas, "--upstream-ca", arg);
 	case OPT_GW_POLICY:
 		if (!*arg)
-			return fail("--policy wants a file");
+			return cli_fail("--policy wants a file");
 		if (g->policy)
-			return fail("--policy may be given once");
+			return cli_fail("--policy may be given once");
 		g->policy = arg;
 		return 0;
 	case OPT_GW_VAULT:
 		if (!*arg)
-			return fail("--vault wants a file");
+			return cli_fail("--vault wants a file");
 		if (g->vault)
-			return fail("--vault may be given once");
+			return cli_fail("--vault may be given once");
 		g->vault = arg;
 		return 0;
 	}
-	return fail("unknown gateway option");
+	return cli_fail("unknown gateway option");
 }
 
 void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *label,
@@ -184,7 +172,7 @@ int cmd_gateway(int argc, char **argv)
 			else if (strcmp(optarg, "open") == 0)
 				mode = GW_MODE_OPEN;
 			else
-				return fail("--mode wants restricted or open, not '%s'", optarg);
+				return cli_fail("--mode wants restricted or open, not '%s'", optarg);
 			break;
 		case OPT_AUDIT:
 			audit = optarg;
@@ -205,16 +193,16 @@ int cmd_gateway(int argc, char **argv)
 		case '?':
 		default:
 			if (optopt)
-				return fail("option %s needs a value", name);
-			return fail("unknown option %s (see `airlock gateway --help`)", name);
+				return cli_fail("option %s needs a value", name);
+			return cli_fail("unknown option %s (see `airlock gateway --help`)", name);
 		}
 	}
 	if (optind < argc)
-		return fail("gateway takes no arguments but options (see `airlock gateway --help`)");
+		return cli_fail("gateway takes no arguments but options (see `airlock gateway --help`)");
 	if (!listen || !*listen)
-		return fail("gateway needs --listen ADDR:PORT");
+		return cli_fail("gateway needs --listen ADDR:PORT");
 	if (mode == GW_MODE_RESTRICTED && !g.policy && g.n_allow == 0)
-		return fail("gateway needs --policy FILE or --allow RULE (or --mode open)");
+		return cli_fail("gateway needs --policy FILE or --allow RULE (or --mode open)");
 
 	struct gw_options gopts;
 	cli_gw_fill(&g, mode, "standalone", &gopts);
@@ -222,18 +210,18 @@ int cmd_gateway(int argc, char **argv)
 	struct gw_config *cfg = NULL;
 	r = gw_config_build(&gopts, &cfg, &err);
 	if (r < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	_cleanup_close_ int audit_fd = -1;
 	if (audit) {
 		audit_fd = cli_open_audit(audit, false);
 		if (audit_fd < 0) {
 			gw_config_free(cfg);
-			return fail("cannot open %s: %s", audit, strerror(-audit_fd));
+			return cli_fail("cannot open %s: %s", audit, strerror(-audit_fd));
 		}
 	}
 	r = gw_serve_standalone(cfg, listen, ca_out, audit_fd, &err);
 	gw_config_free(cfg);
 	if (r < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	return 0;
 }

@@ -88,17 +88,6 @@ struct options {
 	const char *audit;
 };
 
-static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char msg[1024];
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	log_error("%s", msg);
-	return EXIT_AIRLOCK_ERROR;
-}
 
 /* Parses options; which ones are allowed depends on the subcommand (run has
  * both spec_opts and exec_opts). */
@@ -153,7 +142,7 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 		bool is_run = c == OPT_AUDIT;
 		if ((is_spec && !spec_opts) || (is_exec && !exec_opts) ||
 		    (is_run && !(spec_opts && exec_opts)))
-			return fail("option %s does not apply here (see `airlock sandbox --help`)", name);
+			return cli_fail("option %s does not apply here (see `airlock sandbox --help`)", name);
 		if (is_gw) {
 			int r = cli_gw_option(&o->gw, c, optarg);
 			if (r)
@@ -169,7 +158,7 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 			break;
 		case OPT_IMAGE:
 			if (!*optarg)
-				return fail("--image wants host or a directory");
+				return cli_fail("--image wants host or a directory");
 			o->spec.image = optarg;
 			break;
 		case OPT_NETWORK:
@@ -180,65 +169,65 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 			else if (strcmp(optarg, "open") == 0)
 				o->spec.network = SBX_NETWORK_OPEN;
 			else
-				return fail("--network wants none, restricted or open, not '%s'", optarg);
+				return cli_fail("--network wants none, restricted or open, not '%s'", optarg);
 			o->network_given = true;
 			break;
 		case OPT_AUDIT:
 			if (!*optarg)
-				return fail("--audit wants a file");
+				return cli_fail("--audit wants a file");
 			o->audit = optarg;
 			break;
 		case OPT_ENV: {
 			const char *eq = strchr(optarg, '=');
 			if (!eq || eq == optarg)
-				return fail("--env wants K=V, not '%s'", optarg);
+				return cli_fail("--env wants K=V, not '%s'", optarg);
 			if (o->n_env >= SBX_MAX_ENV)
-				return fail("too many --env options (at most %d)", SBX_MAX_ENV);
+				return cli_fail("too many --env options (at most %d)", SBX_MAX_ENV);
 			o->env[o->n_env++] = optarg;
 			break;
 		}
 		case OPT_MEMORY:
 			if (parse_size(optarg, &o->spec.memory_bytes) < 0 ||
 			    (o->spec.memory_bytes && o->spec.memory_bytes < ((uint64_t)16 << 20)))
-				return fail("--memory wants a size of at least 16M like 512M or 2G (or 0), not '%s'",
+				return cli_fail("--memory wants a size of at least 16M like 512M or 2G (or 0), not '%s'",
 					    optarg);
 			break;
 		case OPT_PIDS:
 			if (parse_u64(optarg, &o->spec.pids) < 0 || o->spec.pids > 4194304 ||
 			    (o->spec.pids && o->spec.pids < 4))
-				return fail("--pids wants a number from 4 to 4194304 (or 0), not '%s'", optarg);
+				return cli_fail("--pids wants a number from 4 to 4194304 (or 0), not '%s'", optarg);
 			break;
 		case OPT_CPUS:
 			if (parse_double_range(optarg, 0.01, 1024, &o->spec.cpus) < 0)
-				return fail("--cpus wants a number of cores like 0.5 or 2, not '%s'", optarg);
+				return cli_fail("--cpus wants a number of cores like 0.5 or 2, not '%s'", optarg);
 			break;
 		case OPT_TIMEOUT:
 			if (parse_duration(optarg, &o->exec.timeout_ms) < 0 || o->exec.timeout_ms == 0)
-				return fail("--timeout wants seconds (or 500ms, 5m, 2h), not '%s'", optarg);
+				return cli_fail("--timeout wants seconds (or 500ms, 5m, 2h), not '%s'", optarg);
 			break;
 		case OPT_OUTPUT_LIMIT:
 			if (parse_size(optarg, &o->exec.output_limit) < 0)
-				return fail("--output-limit wants a size like 1M, not '%s'", optarg);
+				return cli_fail("--output-limit wants a size like 1M, not '%s'", optarg);
 			break;
 		case OPT_HOSTNAME:
 			o->spec.hostname = optarg;
 			break;
 		case OPT_CWD:
 			if (optarg[0] != '/')
-				return fail("--cwd wants an absolute path inside the sandbox");
+				return cli_fail("--cwd wants an absolute path inside the sandbox");
 			o->exec.cwd = optarg;
 			break;
 		case '?':
 		default:
 			if (optopt)
-				return fail("option %s needs a value", name);
-			return fail("unknown option %s (see `airlock sandbox --help`)", name);
+				return cli_fail("option %s needs a value", name);
+			return cli_fail("unknown option %s (see `airlock sandbox --help`)", name);
 		}
 	}
 	if (spec_opts) {
 		if (o->gw.any || o->audit) {
 			if (o->network_given && o->spec.network == SBX_NETWORK_NONE)
-				return fail("--network none leaves nothing for the gateway's options "
+				return cli_fail("--network none leaves nothing for the gateway's options "
 					    "(--allow, --policy, --grant, --upstream, --upstream-ca, "
 					    "--vault, --audit) to do");
 			if (!o->network_given)
@@ -259,7 +248,7 @@ static int settings(struct sbx_settings *set)
 	sbx_settings_default(set);
 	struct al_error err = { 0 };
 	if (sbx_settings_from_env(set, &err) < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	return 0;
 }
 
@@ -362,26 +351,26 @@ static int net_setup(struct options *o, const char *audit, bool detach, struct n
 		    "sandbox", &gopts);
 	int r = gw_config_build(&gopts, &n->cfg, n->err);
 	if (r < 0)
-		return fail("%s", al_error_message(n->err));
+		return cli_fail("%s", al_error_message(n->err));
 	r = gw_sandbox_env(n->cfg, SBX_TRUST_BUNDLE, SBX_CA_FILE, &n->gw_env, &n->n_gw_env);
 	if (r < 0)
-		return fail("cannot make the sandbox's environment: %s", strerror(-r));
+		return cli_fail("cannot make the sandbox's environment: %s", strerror(-r));
 	/* The gateway's variables are not the user's to change silently. */
 	for (size_t i = 0; i < o->n_env; i++) {
 		size_t len = env_name_len(o->env[i]);
 		for (size_t j = 0; j < n->n_gw_env; j++) {
 			if (env_name_len(n->gw_env[j]) == len &&
 			    strncmp(o->env[i], n->gw_env[j], len) == 0)
-				return fail("--env %.*s: the gateway sets this variable in a sandbox "
+				return cli_fail("--env %.*s: the gateway sets this variable in a sandbox "
 					    "with a network", (int)len, o->env[i]);
 		}
 	}
 	if (o->n_env + n->n_gw_env > SBX_MAX_ENV)
-		return fail("too many --env options with the gateway's variables (at most %d)",
+		return cli_fail("too many --env options with the gateway's variables (at most %d)",
 			    SBX_MAX_ENV);
 	n->env = calloc(o->n_env + n->n_gw_env + 1, sizeof(*n->env));
 	if (!n->env)
-		return fail("out of memory");
+		return cli_fail("out of memory");
 	for (size_t i = 0; i < o->n_env; i++)
 		n->env[i] = o->env[i];
 	for (size_t j = 0; j < n->n_gw_env; j++)
@@ -389,7 +378,7 @@ static int net_setup(struct options *o, const char *audit, bool detach, struct n
 	if (audit) {
 		n->audit_fd = cli_open_audit(audit, false);
 		if (n->audit_fd < 0)
-			return fail("cannot open %s: %s", audit, strerror(-n->audit_fd));
+			return cli_fail("cannot open %s: %s", audit, strerror(-n->audit_fd));
 	}
 	struct gw_start_opts so = {
 		.detach = detach,
@@ -398,7 +387,7 @@ static int net_setup(struct options *o, const char *audit, bool detach, struct n
 	};
 	r = gw_start(n->cfg, &so, &n->gp, n->err);
 	if (r < 0)
-		return fail("cannot start the egress gateway: %s", al_error_message(n->err));
+		return cli_fail("cannot start the egress gateway: %s", al_error_message(n->err));
 	n->started = true;
 	o->spec.env = n->env;
 	o->spec.n_env = o->n_env + n->n_gw_env;
@@ -439,7 +428,7 @@ static int do_run(int argc, char **argv)
 		return r;
 	char **cmd = command_argv(argc, argv, oi, 0);
 	if (!cmd)
-		return fail("sandbox run needs a command after --");
+		return cli_fail("sandbox run needs a command after --");
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
@@ -455,7 +444,7 @@ static int do_run(int argc, char **argv)
 	r = sbx_run(&set, &o.spec, cmd, &o.exec, &res, &err);
 	net_done(&n, false);
 	if (r < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	return report(&res);
 }
 
@@ -467,7 +456,7 @@ static int do_create(int argc, char **argv)
 	if (r)
 		return r;
 	if (oi < argc)
-		return fail("sandbox create takes no command (use `sandbox exec`)");
+		return cli_fail("sandbox create takes no command (use `sandbox exec`)");
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
@@ -483,7 +472,7 @@ static int do_create(int argc, char **argv)
 	r = sbx_create(&set, &o.spec, id, &err);
 	net_done(&n, r >= 0);
 	if (r < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	printf("%s\n", id);
 	return 0;
 }
@@ -496,20 +485,20 @@ static int do_exec(int argc, char **argv)
 	if (r)
 		return r;
 	if (oi >= argc)
-		return fail("sandbox exec needs an id");
+		return cli_fail("sandbox exec needs an id");
 	const char *id = argv[oi];
 	if (!sbx_id_valid(id))
-		return fail("'%s' is not a sandbox id", id);
+		return cli_fail("'%s' is not a sandbox id", id);
 	char **cmd = command_argv(argc, argv, oi, 1);
 	if (!cmd)
-		return fail("sandbox exec needs a command after --");
+		return cli_fail("sandbox exec needs a command after --");
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
 	struct sbx_result res;
 	struct al_error err = { 0 };
 	if (sbx_exec(&set, id, cmd, &o.exec, &res, &err) < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	return report(&res);
 }
 
@@ -533,29 +522,29 @@ static int print_info(const struct sbx_info *info, void *ud)
 static int do_list(int argc, char **argv)
 {
 	if (argc > 1)
-		return fail("sandbox list takes no arguments");
+		return cli_fail("sandbox list takes no arguments");
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
 	bool header = false;
 	struct al_error err = { 0 };
 	if (sbx_list(&set, print_info, &header, &err) < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	return 0;
 }
 
 static int do_destroy(int argc, char **argv)
 {
 	if (argc != 2)
-		return fail("usage: airlock sandbox destroy ID");
+		return cli_fail("usage: airlock sandbox destroy ID");
 	if (!sbx_id_valid(argv[1]))
-		return fail("'%s' is not a sandbox id", argv[1]);
+		return cli_fail("'%s' is not a sandbox id", argv[1]);
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
 	struct al_error err = { 0 };
 	if (sbx_destroy(&set, argv[1], &err) < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	return 0;
 }
 
@@ -563,44 +552,44 @@ static int do_destroy(int argc, char **argv)
 static int do_audit(int argc, char **argv)
 {
 	if (argc != 2)
-		return fail("usage: airlock sandbox audit ID");
+		return cli_fail("usage: airlock sandbox audit ID");
 	const char *id = argv[1];
 	if (!sbx_id_valid(id))
-		return fail("'%s' is not a sandbox id", id);
+		return cli_fail("'%s' is not a sandbox id", id);
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
 	char path[4096];
 	if (snprintf(path, sizeof(path), "%s/%s", set.state_dir, id) >= (int)sizeof(path))
-		return fail("state directory path too long");
+		return cli_fail("state directory path too long");
 	_cleanup_close_ int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0) {
 		if (errno == ENOENT)
-			return fail("no sandbox %s", id);
-		return fail("cannot open sandbox %s: %s", id, strerror(errno));
+			return cli_fail("no sandbox %s", id);
+		return cli_fail("cannot open sandbox %s: %s", id, strerror(errno));
 	}
 	_cleanup_close_ int fd = openat(dfd, "audit.jsonl",
 					O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		if (errno == ENOENT)
 			return 0; /* nothing audited yet */
-		return fail("cannot open the audit log of sandbox %s: %s", id, strerror(errno));
+		return cli_fail("cannot open the audit log of sandbox %s: %s", id, strerror(errno));
 	}
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		return fail("the audit log of sandbox %s is not a regular file", id);
+		return cli_fail("the audit log of sandbox %s is not a regular file", id);
 	char buf[65536];
 	for (;;) {
 		ssize_t k = read(fd, buf, sizeof(buf));
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0)
-			return fail("cannot read the audit log of sandbox %s: %s", id, strerror(errno));
+			return cli_fail("cannot read the audit log of sandbox %s: %s", id, strerror(errno));
 		if (k == 0)
 			break;
 		int w = write_full(1, buf, (size_t)k);
 		if (w < 0)
-			return fail("cannot write the audit log: %s", strerror(-w));
+			return cli_fail("cannot write the audit log: %s", strerror(-w));
 	}
 	return 0;
 }
@@ -609,30 +598,30 @@ static int do_audit(int argc, char **argv)
 static int do_policy(int argc, char **argv)
 {
 	if (argc != 3)
-		return fail("usage: airlock sandbox policy ID FILE");
+		return cli_fail("usage: airlock sandbox policy ID FILE");
 	const char *id = argv[1];
 	if (!sbx_id_valid(id))
-		return fail("'%s' is not a sandbox id", id);
+		return cli_fail("'%s' is not a sandbox id", id);
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
 	char sock[4096];
 	if (snprintf(sock, sizeof(sock), "%s/%s/gateway.sock", set.state_dir, id) >=
 	    (int)sizeof(sock))
-		return fail("state directory path too long");
+		return cli_fail("state directory path too long");
 	char *text = NULL;
 	size_t len = 0;
 	int r = read_file_bounded(AT_FDCWD, argv[2], 1024 * 1024, &text, &len);
 	if (r < 0)
-		return fail("%s: %s", argv[2], r == -EFBIG ? "larger than 1 MiB" : strerror(-r));
+		return cli_fail("%s: %s", argv[2], r == -EFBIG ? "larger than 1 MiB" : strerror(-r));
 	struct al_error err = { 0 };
 	uint64_t gen = 0;
 	r = gw_set_policy(sock, text, len, &gen, &err);
 	free(text);
 	if (r < 0) {
 		if (r == -ENOENT || r == -ECONNREFUSED)
-			return fail("sandbox %s has no gateway (no such sandbox, or --network none)", id);
-		return fail("%s", al_error_message(&err));
+			return cli_fail("sandbox %s has no gateway (no such sandbox, or --network none)", id);
+		return cli_fail("%s", al_error_message(&err));
 	}
 	printf("policy generation %" PRIu64 "\n", gen);
 	return 0;
@@ -641,7 +630,7 @@ static int do_policy(int argc, char **argv)
 static int do_gc(int argc, char **argv)
 {
 	if (argc > 1)
-		return fail("sandbox gc takes no arguments");
+		return cli_fail("sandbox gc takes no arguments");
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
@@ -650,7 +639,7 @@ static int do_gc(int argc, char **argv)
 	int r = sbx_gc(&set, &removed, &err);
 	printf("removed %u leftover%s\n", removed, removed == 1 ? "" : "s");
 	if (r < 0)
-		return fail("%s", al_error_message(&err));
+		return cli_fail("%s", al_error_message(&err));
 	return 0;
 }
 
@@ -681,12 +670,12 @@ int cmd_sandbox(int argc, char **argv)
 		fputs(sandbox_usage, stdout);
 		return 0;
 	}
-	return fail("unknown sandbox command '%s' (try `airlock sandbox --help`)", sub);
+	return cli_fail("unknown sandbox command '%s' (try `airlock sandbox --help`)", sub);
 }
 
 int cmd_doctor(int argc, char **argv)
 {
 	if (argc > 1)
-		return fail("doctor takes no arguments");
+		return cli_fail("doctor takes no arguments");
 	return sbx_doctor(1) == 0 ? 0 : 1;
 }
