@@ -23,6 +23,8 @@
 
 static const char usage[] =
 	"usage: airlock checkpoint create --workspace DIR [--session S]   prints the checkpoint id\n"
+	"       airlock checkpoint create --upper DIR --lower ID [--session S]\n"
+	"                                      (an overlayfs upper layer over checkpoint ID)\n"
 	"       airlock checkpoint restore ID --to DIR [--max-bytes SIZE] [--max-files N]\n"
 	"                                      [--max-depth N]\n"
 	"       airlock checkpoint diff A B [--names-only]\n"
@@ -44,6 +46,8 @@ enum {
 	OPT_TENANT,
 	OPT_KEY,
 	OPT_WORKSPACE,
+	OPT_UPPER,
+	OPT_LOWER,
 	OPT_SESSION,
 	OPT_TO,
 	OPT_MAX_BYTES,
@@ -54,7 +58,7 @@ enum {
 };
 
 struct copts {
-	const char *store, *tenant, *key, *workspace, *session, *to;
+	const char *store, *tenant, *key, *workspace, *upper, *lower, *session, *to;
 	struct st_manifest_limits limits;
 	bool names_only;
 	char **args;
@@ -68,6 +72,8 @@ static int parse(int argc, char **argv, struct copts *o)
 		{ "tenant", required_argument, NULL, OPT_TENANT },
 		{ "key", required_argument, NULL, OPT_KEY },
 		{ "workspace", required_argument, NULL, OPT_WORKSPACE },
+		{ "upper", required_argument, NULL, OPT_UPPER },
+		{ "lower", required_argument, NULL, OPT_LOWER },
 		{ "session", required_argument, NULL, OPT_SESSION },
 		{ "to", required_argument, NULL, OPT_TO },
 		{ "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
@@ -99,6 +105,12 @@ static int parse(int argc, char **argv, struct copts *o)
 			break;
 		case OPT_WORKSPACE:
 			o->workspace = optarg;
+			break;
+		case OPT_UPPER:
+			o->upper = optarg;
+			break;
+		case OPT_LOWER:
+			o->lower = optarg;
 			break;
 		case OPT_SESSION:
 			o->session = optarg;
@@ -175,14 +187,15 @@ static void report(const char *path, const char *what, void *ud)
 
 static int do_create(struct copts *o)
 {
-	if (!o->workspace || o->n_args != 0)
-		return cli_fail("usage: airlock checkpoint create --workspace DIR [--session S]");
+	if (o->n_args != 0 || !o->workspace == !o->upper || !o->upper != !o->lower)
+		return cli_fail("usage: airlock checkpoint create (--workspace DIR | --upper DIR "
+				"--lower ID) [--session S]");
 	struct st_repo *r = NULL;
 	int rc = open_repo(o, true, &r);
 	if (rc)
 		return rc;
-	struct st_snapshot_opts so = { .workspace = o->workspace, .session = o->session,
-				       .report = report };
+	struct st_snapshot_opts so = { .workspace = o->workspace, .upper = o->upper,
+				       .lower = o->lower, .session = o->session, .report = report };
 	struct st_snapshot_result res;
 	struct al_error err = { 0 };
 	rc = st_snapshot(r, &so, &res, &err);

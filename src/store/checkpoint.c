@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,6 +29,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -275,8 +277,11 @@ int st_session_latest(struct st_repo *r, const char *session, char out[ST_ID_HEX
 	return 0;
 }
 
-int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,
-		     struct st_manifest **ret, struct al_error *err)
+/* Loads and checks a manifest as it is stored: a delta's entries are its
+ * changes (st_manifest_load applies them). */
+static int manifest_load_raw(struct st_repo *r, const char *id,
+			     const struct st_manifest_limits *limits, struct st_manifest **ret,
+			     struct al_error *err)
 {
 	if (!id_valid(id))
 		return al_error_set(err, -EINVAL, "'%s' is not a checkpoint id (64 hex digits)", id);
@@ -286,8 +291,10 @@ int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest
 	void *text = NULL;
 	size_t len = 0;
 	int rc = st_obj_get(r->os, key, MANIFEST_MAX, &text, &len, err);
-	if (rc == -ENOENT)
+	if (rc == -ENOENT) {
+		al_error_clear(err);
 		return al_error_set(err, -ENOENT, "no checkpoint %s in tenant %s", id, r->tenant);
+	}
 	if (rc < 0)
 		return rc;
 	/* The object's name is its content's hash: a swapped object is caught
@@ -302,6 +309,34 @@ int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest
 	rc = st_manifest_parse(text, len, r->key, r->keylen, r->tenant, limits, ret, err);
 	free(text);
 	return rc;
+}
+
+int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,
+		     struct st_manifest **ret, struct al_error *err)
+{
+	struct st_manifest *m = NULL, *base = NULL;
+	int rc = manifest_load_raw(r, id, limits, &m, err);
+	if (rc < 0 || !m->base[0]) {
+		if (rc == 0)
+			*ret = m;
+		return rc;
+	}
+	/* The byte limit is the tree's: checked once the delta is applied. */
+	struct st_manifest_limits bl = limits ? *limits : (struct st_manifest_limits){ 0 };
+	bl.max_bytes = 0;
+	rc = manifest_load_raw(r, m->base, &bl, &base, err);
+	if (rc == 0 && base->base[0])
+		rc = al_error_set(err, -EBADMSG, "checkpoint %s: its base %s is itself a delta", id,
+				  m->base);
+	if (rc < 0) {
+		char why[AL_ERROR_MSG_MAX];
+		snprintf(why, sizeof(why), "%s", al_error_message(err));
+		al_error_clear(err);
+		st_manifest_free(m);
+		st_manifest_free(base);
+		return al_error_set(err, rc, "checkpoint %s: base: %s", id, why);
+	}
+	return st_manifest_apply(base, m, limits, ret, err);
 }
 
 /* ---- path lookup in a manifest (entries are sorted) ---- */
@@ -513,6 +548,7 @@ struct walk {
 	size_t n, cap;
 	struct buf cache; /* the new stat cache */
 	unsigned char *buf; /* 2 * ST_CDC_MAX */
+	bool layer;	    /* walking an overlayfs upper directory */
 };
 
 static int64_t ts_ns(struct timespec t)
@@ -648,6 +684,71 @@ static int cache_line(struct walk *w, const struct stat *st, const char *path)
 	return 0;
 }
 
+/*
+ * An overlayfs attribute of an upper-layer entry ("trusted.overlay.NAME",
+ * or "user.overlay.NAME" for a mount with userxattr): its value's length
+ * (at most size - 1, NUL-terminated), 0 when it has none, or -errno. fd is
+ * the entry itself, or (name set) its directory.
+ */
+static ssize_t ovl_xattr(int fd, const char *name, const char *attr, char *buf, size_t size)
+{
+	char proc[64 + NAME_MAX], key[64];
+	if (name && (size_t)snprintf(proc, sizeof(proc), "/proc/self/fd/%d/%s", fd, name) >=
+			    sizeof(proc))
+		return -ENAMETOOLONG;
+	for (int k = 0; k < 2; k++) {
+		snprintf(key, sizeof(key), "%s.overlay.%s", k ? "user" : "trusted", attr);
+		ssize_t n = name ? lgetxattr(proc, key, buf, size - 1) : fgetxattr(fd, key, buf, size - 1);
+		if (n >= 0) {
+			buf[n] = '\0';
+			return n ? n : 1;
+		}
+		if (errno != ENODATA && errno != ENOTSUP)
+			return -errno;
+	}
+	return 0;
+}
+
+/* The kind of an upper-layer entry: whiteout (1), plain (0), or an
+ * overlayfs feature a snapshot cannot read (-errno with err set). */
+static int layer_kind(int dirfd, const char *name, const char *path, const struct stat *st,
+		      struct al_error *err)
+{
+	char v[256];
+	if (S_ISCHR(st->st_mode) && st->st_rdev == 0)
+		return 1;
+	if (!S_ISREG(st->st_mode))
+		return 0;
+	ssize_t n = ovl_xattr(dirfd, name, "metacopy", v, sizeof(v));
+	if (n > 0)
+		return al_error_set(err, -EOPNOTSUPP,
+				    "%s: a metadata-only copy in the upper layer (mount the overlay "
+				    "with metacopy=off)", path);
+	if (n == 0)
+		n = ovl_xattr(dirfd, name, "whiteout", v, sizeof(v));
+	if (n < 0)
+		return al_error_set_errno(err, (int)n, "cannot read the attributes of %s", path);
+	return n > 0;
+}
+
+/* Whether an upper-layer directory hides what the lower one has (1), not
+ * (0), or uses a feature a snapshot cannot read (-errno with err set). */
+static int layer_opaque(int fd, const char *path, struct al_error *err)
+{
+	char v[256];
+	ssize_t n = ovl_xattr(fd, NULL, "redirect", v, sizeof(v));
+	if (n > 0)
+		return al_error_set(err, -EOPNOTSUPP,
+				    "%s: a renamed directory in the upper layer (mount the overlay "
+				    "with redirect_dir=off)", path);
+	if (n == 0)
+		n = ovl_xattr(fd, NULL, "opaque", v, sizeof(v));
+	if (n < 0)
+		return al_error_set_errno(err, (int)n, "cannot read the attributes of %s", path);
+	/* "y": opaque; "x" (Linux 6.7+): holds whiteouts made of attributes. */
+	return n > 0 && strcmp(v, "y") == 0;
+}
+
 static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		    struct al_error *err)
 {
@@ -684,6 +785,22 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 			break;
 		}
 		struct st_entry e = { .mtime_ns = ts_ns(st.st_mtim), .mode = st.st_mode & 0777 };
+		if (w->layer) {
+			int k = layer_kind(dirfd, name, path, &st, err);
+			if (k < 0) {
+				rc = k;
+				break;
+			}
+			if (k == 1) {
+				e = (struct st_entry){ .type = ST_WHITEOUT, .path = strdup(path) };
+				if (!e.path || add_entry(w, &e) < 0) {
+					free(e.path);
+					rc = al_error_set(err, -ENOMEM, "out of memory");
+					break;
+				}
+				continue;
+			}
+		}
 		if ((st.st_mode & 07000) && w->o->report && !S_ISLNK(st.st_mode))
 			w->o->report(path, "setuid, setgid or sticky bit dropped", w->o->ud);
 		if (S_ISDIR(st.st_mode)) {
@@ -733,6 +850,15 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 				rc = al_error_set_errno(err, -errno, "cannot open %s", path);
 				break;
 			}
+			if (w->layer) {
+				rc = layer_opaque(sub, path, err);
+				if (rc == 1)
+					w->entries[w->n - 1].type = ST_OPAQUE;
+				if (rc < 0) {
+					close(sub);
+					break;
+				}
+			}
 			rc = walk_dir(w, sub, path, depth + 1, err);
 			close(sub);
 		} else if (e.type == ST_FILE) {
@@ -765,7 +891,7 @@ static int put_step(struct st_repo *r, const char *key, const void *data, size_t
  * first, then what refers to them. cache: the new stat cache, or NULL to
  * drop the session's (it would describe another tree).
  */
-static int commit(struct st_repo *r, const char *session, const char *parent,
+static int commit(struct st_repo *r, const char *session, const char *parent, const char *base,
 		  struct st_entry *entries, size_t n, struct timespec now, const struct buf *cache,
 		  char out_id[ST_ID_HEX + 1], struct al_error *err)
 {
@@ -773,6 +899,7 @@ static int commit(struct st_repo *r, const char *session, const char *parent,
 		qsort(entries, n, sizeof(*entries), entry_cmp);
 	struct st_manifest m = { .created = (int64_t)now.tv_sec, .entries = entries,
 				 .n_entries = n };
+	snprintf(m.base, sizeof(m.base), "%s", base ? base : "");
 	snprintf(m.tenant, sizeof(m.tenant), "%s", r->tenant);
 	snprintf(m.session, sizeof(m.session), "%s", session);
 	snprintf(m.parent, sizeof(m.parent), "%s", parent);
@@ -813,6 +940,77 @@ static int commit(struct st_repo *r, const char *session, const char *parent,
 	return rc;
 }
 
+/* Whether an entry of cuts (sorted) is at an ancestor of path. */
+static bool cut_above(const struct st_entry *cuts, size_t n, const char *path)
+{
+	char pre[ST_PATH_MAX + 1];
+	for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
+		size_t len = (size_t)(s - path);
+		memcpy(pre, path, len);
+		pre[len] = '\0';
+		if (find_path(cuts, n, sizeof(*cuts), offsetof(struct st_entry, path), pre))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * One delta from two: lops, the changes of the lower layer's checkpoint
+ * over its base (none when that checkpoint is the base), then up, what
+ * the upper layer holds (sorted). Moves entries out of both (what stays
+ * behind is zeroed or freed); *ret is the delta over the same base.
+ */
+static int compose(struct st_entry *lops, size_t nl, struct st_entry *up, size_t nu,
+		   struct st_entry **ret, size_t *ret_n)
+{
+	/* What the upper layer replaces or removes, subtree and all. */
+	_cleanup_free_ struct st_entry *cuts = calloc(nu ? nu : 1, sizeof(*cuts));
+	struct st_entry *out = calloc(nl + nu ? nl + nu : 1, sizeof(*out));
+	if (!cuts || !out) {
+		free(out);
+		return -ENOMEM;
+	}
+	size_t n_cuts = 0, i = 0, j = 0, n = 0;
+	for (size_t k = 0; k < nu; k++)
+		if (up[k].type != ST_DIR)
+			cuts[n_cuts++] = up[k];
+	while (i < nl || j < nu) {
+		int c = i == nl ? 1 : j == nu ? -1 : st_path_cmp(lops[i].path, up[j].path);
+		if (c < 0) {
+			struct st_entry *e = &lops[i++];
+			if (!cut_above(cuts, n_cuts, e->path)) {
+				out[n++] = *e;
+				memset(e, 0, sizeof(*e));
+			}
+			continue;
+		}
+		struct st_entry *e = &up[j++];
+		if (c == 0) {
+			/* A directory the upper layer merges into one the lower
+			 * layer's delta replaced, removed or made a file: it
+			 * still hides what the base has there. */
+			if (e->type == ST_DIR && lops[i].type != ST_DIR)
+				e->type = ST_OPAQUE;
+			i++;
+		}
+		out[n++] = *e;
+		memset(e, 0, sizeof(*e));
+	}
+	*ret = out;
+	*ret_n = n;
+	return 0;
+}
+
+static void entries_release(struct st_entry *e, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(e[i].path);
+		free(e[i].target);
+		free(e[i].chunks);
+	}
+	free(e);
+}
+
 int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 		struct st_snapshot_result *ret, struct al_error *err)
 {
@@ -826,24 +1024,44 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	int lrc = st_repo_lock_writer(r, &lock, err);
 	if (lrc < 0)
 		return lrc;
+	bool layer = o->upper != NULL;
+	const char *dir = layer ? o->upper : o->workspace;
+	if (!dir || (layer && !o->lower))
+		return al_error_set(err, -EINVAL, "nothing to snapshot");
 	_cleanup_close_ int root =
-		open(o->workspace, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+		open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
 	if (root < 0)
-		return al_error_set_errno(err, -errno, "workspace %s", o->workspace);
+		return al_error_set_errno(err, -errno, "%s %s", layer ? "upper layer" : "workspace",
+					  dir);
 	struct stat rst;
 	if (fstat(root, &rst) < 0)
-		return al_error_set_errno(err, -errno, "workspace %s", o->workspace);
+		return al_error_set_errno(err, -errno, "%s", dir);
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
 
-	struct walk w = { .r = r, .o = o, .res = ret };
+	struct walk w = { .r = r, .o = o, .res = ret, .layer = layer };
 	buf_init(&w.cache, STATCACHE_MAX);
-	struct st_manifest *prev = NULL;
+	struct st_manifest *prev = NULL, *lower = NULL;
 	char parent[ST_ID_HEX + 1];
 	int rc = st_session_latest(r, o->session, parent, err);
+	/* A layered snapshot reads the previous checkpoint as stored: the
+	 * files it reuses are among its changes (or it is the base). */
 	if (rc == 0 && parent[0])
-		rc = st_manifest_load(r, parent, NULL, &prev, err);
+		rc = layer ? manifest_load_raw(r, parent, NULL, &prev, err) :
+			     st_manifest_load(r, parent, NULL, &prev, err);
+	if (rc == 0 && layer) {
+		/* A full lower checkpoint is only named (as the base): its
+		 * entries are not needed. */
+		static const struct st_manifest_limits head = { .header_only = true };
+		rc = manifest_load_raw(r, o->lower, &head, &lower, err);
+		if (rc == 0 && lower->base[0]) {
+			st_manifest_free(lower);
+			lower = NULL;
+			rc = manifest_load_raw(r, o->lower, NULL, &lower, err);
+		}
+	}
 	if (rc < 0) {
+		st_manifest_free(prev);
 		buf_free(&w.cache);
 		return rc;
 	}
@@ -864,15 +1082,31 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	free(w.buf);
 	statcache_free(&w.sc);
 
-	if (rc == 0)
-		rc = commit(r, o->session, parent, w.entries, w.n, now, &w.cache, ret->id, err);
-	for (size_t i = 0; i < w.n; i++) {
-		free(w.entries[i].path);
-		free(w.entries[i].target);
-		free(w.entries[i].chunks);
+	if (rc == 0 && layer) {
+		/* The lower layer is checkpoint o->lower: a full one is the
+		 * base; a delta's changes come first, over its own base. */
+		if (w.n)
+			qsort(w.entries, w.n, sizeof(*w.entries), entry_cmp);
+		bool full = !lower->base[0];
+		struct st_entry *d = NULL;
+		size_t nd = 0;
+		rc = compose(full ? NULL : lower->entries, full ? 0 : lower->n_entries, w.entries, w.n,
+			     &d, &nd);
+		if (rc < 0) {
+			rc = al_error_set(err, rc, "out of memory");
+		} else {
+			entries_release(w.entries, w.n);
+			w.entries = d;
+			w.n = nd;
+			rc = commit(r, o->session, parent, full ? o->lower : lower->base, w.entries, w.n,
+				    now, &w.cache, ret->id, err);
+		}
+	} else if (rc == 0) {
+		rc = commit(r, o->session, parent, NULL, w.entries, w.n, now, &w.cache, ret->id, err);
 	}
-	free(w.entries);
+	entries_release(w.entries, w.n);
 	st_manifest_free(prev);
+	st_manifest_free(lower);
 	buf_free(&w.cache);
 	return rc;
 }
@@ -894,7 +1128,7 @@ int st_commit(struct st_repo *r, const char *session, struct st_entry *entries, 
 		return rc;
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
-	return commit(r, session, parent, entries, n, now, NULL, out_id, err);
+	return commit(r, session, parent, NULL, entries, n, now, NULL, out_id, err);
 }
 
 /* ---- restore ---- */

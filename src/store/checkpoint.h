@@ -40,6 +40,15 @@ int st_key_load(const char *path, bool create, uint8_t **ret, size_t *ret_len,
 struct st_snapshot_opts {
 	const char *workspace;
 	const char *session;
+	/*
+	 * A layered workspace instead (docs/checkpoints.md): upper is the
+	 * upper directory of an overlayfs mount (metacopy=off,
+	 * redirect_dir=off) whose lower directory was restored from checkpoint
+	 * lower. Only upper is read; the checkpoint is a delta manifest over
+	 * lower's base. workspace is then unused.
+	 */
+	const char *upper;
+	const char *lower;
 	/* Called for every entry left out (devices, fifos, sockets) and every
 	 * mode bit dropped (setuid, setgid, sticky); may be NULL. */
 	void (*report)(const char *path, const char *what, void *ud);

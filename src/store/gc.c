@@ -348,6 +348,9 @@ static int on_manifest_key(const char *key, void *ud)
 	return 0;
 }
 
+static int mark_pass(struct gc *g, int pass, char (**rescue)[ST_ID_HEX + 1], size_t *n_rescue,
+		     size_t *cap_rescue);
+
 static int mark(struct gc *g)
 {
 	char prefix[ST_KEY_MAX + 1];
@@ -357,9 +360,45 @@ static int mark(struct gc *g)
 	if (rc < 0)
 		return rc;
 	hex_sort(g->manifests, g->n_manifests);
+	/* Twice over: the bases of the deltas that stay, should retention
+	 * have dropped them, are marked on the second pass. */
+	char (*rescue)[ST_ID_HEX + 1] = NULL;
+	size_t n_rescue = 0, cap_rescue = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1) {
+			if (n_rescue == 0)
+				break;
+			hex_sort(rescue, n_rescue);
+			size_t u = 0;
+			for (size_t i = 0; i < g->n_drop; i++)
+				if (!hex_has(rescue, n_rescue, g->drop[i]))
+					memcpy(g->drop[u++], g->drop[i], ST_ID_HEX + 1);
+			g->n_drop = u;
+		}
+		rc = mark_pass(g, pass, &rescue, &n_rescue, &cap_rescue);
+		if (rc < 0)
+			break;
+	}
+	free(rescue);
+	if (rc < 0)
+		return rc;
+	/* Only manifests that exist count as deleted. */
+	for (size_t i = 0; i < g->n_drop; i++)
+		if (hex_has(g->manifests, g->n_manifests, g->drop[i]))
+			g->res.manifests_deleted++;
+	g->res.chunks_marked = g->marks.n;
+	return 0;
+}
+
+/* Marks the chunks of every manifest that stays (pass 0), or of the
+ * rescued bases (pass 1), adding to *rescue the dropped bases of deltas. */
+static int mark_pass(struct gc *g, int pass, char (**rescue)[ST_ID_HEX + 1], size_t *n_rescue,
+		     size_t *cap_rescue)
+{
+	int rc = 0;
 	for (size_t i = 0; i < g->n_manifests; i++) {
 		const char *id = g->manifests[i];
-		if (hex_has(g->drop, g->n_drop, id))
+		if (pass == 0 ? hex_has(g->drop, g->n_drop, id) : !hex_has(*rescue, *n_rescue, id))
 			continue;
 		struct st_manifest *m = NULL;
 		rc = st_manifest_load(g->r, id, NULL, &m, g->err);
@@ -372,16 +411,13 @@ static int mark(struct gc *g)
 		for (size_t j = 0; rc == 0 && j < m->n_entries; j++)
 			for (size_t k = 0; rc == 0 && k < m->entries[j].n_chunks; k++)
 				rc = idset_add(&g->marks, &m->entries[j].chunks[k]);
+		if (rc == 0 && m->base[0] && hex_has(g->drop, g->n_drop, m->base))
+			rc = push_hex(rescue, n_rescue, cap_rescue, m->base);
 		st_manifest_free(m);
 		if (rc < 0)
 			return al_error_set(g->err, rc, "gc: out of memory");
 		g->res.manifests_kept++;
 	}
-	/* Only manifests that exist count as deleted. */
-	for (size_t i = 0; i < g->n_drop; i++)
-		if (hex_has(g->manifests, g->n_manifests, g->drop[i]))
-			g->res.manifests_deleted++;
-	g->res.chunks_marked = g->marks.n;
 	return 0;
 }
 

@@ -252,6 +252,197 @@ static const char *check_entry(const struct st_entry *entries, size_t i, struct 
 	return NULL;
 }
 
+/* Binary search of entries[0..n) for the path p[0..plen). */
+static const struct st_entry *find_n(const struct st_entry *entries, size_t n, const char *p,
+				     size_t plen)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = cmp_path_n(entries[mid].path, p, plen);
+		if (c == 0)
+			return &entries[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/*
+ * The rules on entry i of a delta, entries 0..i-1 having passed them: those
+ * of check_entry, except that a parent may be in the base (checked when the
+ * delta is applied) and that "o" and "x" records are allowed.
+ */
+static const char *check_delta_entry(const struct st_entry *entries, size_t i,
+				     struct check_state *st)
+{
+	const struct st_entry *e = &entries[i];
+	const char *why = NULL;
+	if (!e->path)
+		return "no path";
+	size_t depth = path_depth(e->path, strlen(e->path), &why);
+	if (depth == 0)
+		return why;
+	if (depth > st->max_depth)
+		return "deeper than the limit";
+	if (i > 0 && st_path_cmp(entries[i - 1].path, e->path) >= 0)
+		return st_path_cmp(entries[i - 1].path, e->path) == 0 ?
+			       "duplicate path" :
+			       "not sorted after the previous path";
+	const char *slash = strrchr(e->path, '/');
+	if (slash) {
+		const struct st_entry *parent =
+			find_n(entries, i, e->path, (size_t)(slash - e->path));
+		if (parent && parent->type != ST_DIR && parent->type != ST_OPAQUE)
+			return parent->type == ST_SYMLINK ? "below a symlink" :
+			       parent->type == ST_WHITEOUT ? "below a removed path" :
+							      "below a file";
+	}
+	switch (e->type) {
+	case ST_WHITEOUT:
+		return NULL;
+	case ST_OPAQUE:
+	case ST_DIR:
+		break;
+	case ST_FILE:
+	case ST_SYMLINK: {
+		/* The file rules without the byte limit (the tree's, on apply). */
+		struct check_state none = { .max_depth = st->max_depth };
+		struct st_entry one = *e;
+		const char *r;
+		one.path = (char *)"x"; /* a path with no parent: only the type rules */
+		r = check_entry(&one, 0, &none);
+		return r;
+	}
+	default:
+		return "unknown entry type";
+	}
+	if (e->mode > 0777)
+		return "mode has bits other than permissions";
+	return NULL;
+}
+
+/* ---- applying a delta ---- */
+
+static void entries_free(struct st_entry *entries, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(entries[i].path);
+		free(entries[i].target);
+		free(entries[i].chunks);
+	}
+	free(entries);
+}
+
+void st_manifest_free(struct st_manifest *m)
+{
+	if (!m)
+		return;
+	entries_free(m->entries, m->n_entries);
+	free(m);
+}
+
+DEFINE_CLEANUP_FUNC(struct st_manifest, st_manifest_free)
+
+
+static void entry_free(struct st_entry *e)
+{
+	free(e->path);
+	free(e->target);
+	free(e->chunks);
+	memset(e, 0, sizeof(*e));
+}
+
+/* Whether a cut (an entry of delta that replaces or removes a subtree)
+ * is at an ancestor of path. */
+static bool under_cut(const struct st_entry *cuts, size_t n_cuts, const char *path)
+{
+	for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/'))
+		if (find_n(cuts, n_cuts, path, (size_t)(s - path)))
+			return true;
+	return false;
+}
+
+int st_manifest_apply(struct st_manifest *base, struct st_manifest *delta,
+		      const struct st_manifest_limits *limits, struct st_manifest **ret,
+		      struct al_error *err)
+{
+	_cleanup_(st_manifest_freep) struct st_manifest *b = base, *d = delta;
+	if (!b || !d || b->base[0] || b->applied || !d->base[0] || d->applied ||
+	    strcmp(b->tenant, d->tenant) != 0)
+		return al_error_set(err, -EINVAL, "manifest: not a delta and its base");
+
+	/* The entries of d that replace or remove what the base has below
+	 * them, as entries (sorted: a subsequence of d's). */
+	_cleanup_free_ struct st_entry *cuts = calloc(d->n_entries ? d->n_entries : 1, sizeof(*cuts));
+	size_t total = b->n_entries + d->n_entries;
+	_cleanup_free_ struct st_entry *out = calloc(total ? total : 1, sizeof(*out));
+	if (!cuts || !out)
+		return al_error_set_errno(err, -ENOMEM, "manifest: applying a delta");
+	size_t n_cuts = 0;
+	for (size_t i = 0; i < d->n_entries; i++)
+		if (d->entries[i].type != ST_DIR)
+			cuts[n_cuts++] = d->entries[i]; /* shallow: for the paths */
+
+	/* Merge: base entries that survive, and d's entries but removals. */
+	size_t i = 0, j = 0, n = 0;
+	while (i < b->n_entries || j < d->n_entries) {
+		int c = i == b->n_entries ? 1 :
+			j == d->n_entries ? -1 :
+					    st_path_cmp(b->entries[i].path, d->entries[j].path);
+		if (c < 0) {
+			struct st_entry *e = &b->entries[i++];
+			if (under_cut(cuts, n_cuts, e->path))
+				entry_free(e);
+			else
+				out[n++] = *e, memset(e, 0, sizeof(*e));
+			continue;
+		}
+		if (c == 0)
+			entry_free(&b->entries[i++]); /* replaced or removed */
+		struct st_entry *e = &d->entries[j++];
+		if (e->type == ST_WHITEOUT)
+			continue; /* freed with d: cuts still points at its path */
+		if (e->type == ST_OPAQUE)
+			e->type = ST_DIR;
+		out[n++] = *e;
+		memset(e, 0, sizeof(*e));
+	}
+
+	size_t max_entries = limits && limits->max_entries ? limits->max_entries :
+							     ST_MANIFEST_MAX_ENTRIES_DEFAULT;
+	struct check_state st = {
+		.max_depth = limits && limits->max_depth ? limits->max_depth :
+							   ST_MANIFEST_MAX_DEPTH_DEFAULT,
+		.max_bytes = limits ? limits->max_bytes : 0,
+	};
+	int rc = 0;
+	char q[SNIP_BUF];
+	if (n > max_entries)
+		rc = al_error_set(err, -EBADMSG, "manifest: %zu entries, more than the limit %zu", n,
+				  max_entries);
+	for (size_t k = 0; rc == 0 && k < n; k++) {
+		const char *why = check_entry(out, k, &st);
+		if (why)
+			rc = al_error_set(err, -EBADMSG,
+					  "manifest: the delta does not apply to its base %s: \"%s\": %s",
+					  d->base, snip(out[k].path, strlen(out[k].path), q), why);
+	}
+	if (rc < 0) {
+		for (size_t k = 0; k < n; k++)
+			entry_free(&out[k]);
+		return rc;
+	}
+	entries_free(d->entries, d->n_entries); /* all moved out or freed: the arrays */
+	d->entries = TAKE_PTR(out);
+	d->n_entries = n;
+	d->applied = true;
+	*ret = TAKE_PTR(d);
+	return 0;
+}
+
 /* ---- writing ---- */
 
 static int put_name(struct buf *b, const char *s)
@@ -276,7 +467,14 @@ static int put_entry(struct buf *b, const struct st_entry *e)
 	int r;
 	switch (e->type) {
 	case ST_DIR:
-		r = buf_appendf(b, "d %04" PRIo32 " %" PRId64 " ", e->mode, e->mtime_ns);
+	case ST_OPAQUE:
+		r = buf_appendf(b, "%c %04" PRIo32 " %" PRId64 " ", (char)e->type, e->mode,
+				e->mtime_ns);
+		if (r >= 0)
+			r = put_name(b, e->path);
+		break;
+	case ST_WHITEOUT:
+		r = buf_append(b, "x ", 2);
 		if (r >= 0)
 			r = put_name(b, e->path);
 		break;
@@ -335,10 +533,16 @@ int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t ke
 				    m->n_entries, ST_MANIFEST_MAX_ENTRIES_DEFAULT);
 	if (m->n_entries && !m->entries)
 		return al_error_set(err, -EINVAL, "manifest: no entries");
+	size_t blen = strnlen(m->base, sizeof(m->base));
+	if (blen != 0 && (blen != ST_ID_HEX || !is_lower_hex(m->base, blen)))
+		return al_error_set(err, -EINVAL, "manifest: base is not a checkpoint id");
+	if (m->applied)
+		return al_error_set(err, -EINVAL, "manifest: an applied delta is not written");
 
 	struct check_state st = { .max_depth = ST_MANIFEST_MAX_DEPTH_DEFAULT };
 	for (size_t i = 0; i < m->n_entries; i++) {
-		const char *why = check_entry(m->entries, i, &st);
+		const char *why = blen ? check_delta_entry(m->entries, i, &st) :
+					 check_entry(m->entries, i, &st);
 		if (why) {
 			const char *p = m->entries[i].path ? m->entries[i].path : "";
 			return al_error_set(err, -EINVAL, "manifest: entry %zu \"%s\": %s", i + 1,
@@ -347,11 +551,13 @@ int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t ke
 	}
 
 	_cleanup_buf_ struct buf b = BUF_INIT(TEXT_MAX);
-	int r = buf_appendf(&b,
-			    MAGIC_LINE "\ntenant %s\nsession %s\nparent %s\ncreated %" PRId64
-				       "\nentries %zu\n",
-			    m->tenant, m->session, plen ? m->parent : "-", m->created,
-			    m->n_entries);
+	int r = buf_appendf(&b, MAGIC_LINE "\ntenant %s\nsession %s\nparent %s\n", m->tenant,
+			    m->session, plen ? m->parent : "-");
+	if (r >= 0 && blen)
+		r = buf_appendf(&b, "base %s\n", m->base);
+	if (r >= 0)
+		r = buf_appendf(&b, "created %" PRId64 "\nentries %zu\n", m->created,
+				m->n_entries);
 	for (size_t i = 0; r >= 0 && i < m->n_entries; i++)
 		r = put_entry(&b, &m->entries[i]);
 	char mac[ST_ID_HEX + 1];
@@ -507,7 +713,7 @@ static size_t split_fields(const char *p, size_t n, const char **f, size_t *fl, 
 }
 
 /* Fills e from an entry line; NULL on success, else why not. */
-static const char *parse_entry(const char *p, size_t n, struct st_entry *e)
+static const char *parse_entry(const char *p, size_t n, bool delta, struct st_entry *e)
 {
 	const char *f[7];
 	size_t fl[7];
@@ -515,9 +721,15 @@ static const char *parse_entry(const char *p, size_t n, struct st_entry *e)
 	if (fl[0] != 1)
 		return "unknown entry type";
 	size_t want;
+	if (!delta && (p[0] == 'o' || p[0] == 'x'))
+		return "unknown entry type"; /* delta records */
 	switch (p[0]) {
 	case 'd':
+	case 'o':
 		want = 4;
+		break;
+	case 'x':
+		want = 2;
 		break;
 	case 'f':
 		want = 6;
@@ -531,6 +743,8 @@ static const char *parse_entry(const char *p, size_t n, struct st_entry *e)
 	if (count != want)
 		return "wrong number of fields";
 	e->type = (enum st_entry_type)p[0];
+	if (e->type == ST_WHITEOUT)
+		return decode_name(f[1], fl[1], &e->path);
 	if (e->type == ST_SYMLINK) {
 		e->mode = 0777; /* what lstat says of every symlink */
 		if (!parse_i64(f[1], fl[1], &e->mtime_ns))
@@ -544,7 +758,7 @@ static const char *parse_entry(const char *p, size_t n, struct st_entry *e)
 		return "mode is not 4 octal digits of permission bits (0000-0777)";
 	if (!parse_i64(f[2], fl[2], &e->mtime_ns))
 		return "bad mtime";
-	if (e->type == ST_DIR)
+	if (e->type == ST_DIR || e->type == ST_OPAQUE)
 		return decode_name(f[3], fl[3], &e->path);
 	if (!parse_u64(f[3], fl[3], &e->size))
 		return "bad size";
@@ -589,25 +803,6 @@ static int bad_line(struct al_error *err, size_t line, const char *what, const c
 			    snip(p, n, q));
 }
 
-static void entries_free(struct st_entry *entries, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		free(entries[i].path);
-		free(entries[i].target);
-		free(entries[i].chunks);
-	}
-	free(entries);
-}
-
-void st_manifest_free(struct st_manifest *m)
-{
-	if (!m)
-		return;
-	entries_free(m->entries, m->n_entries);
-	free(m);
-}
-
-DEFINE_CLEANUP_FUNC(struct st_manifest, st_manifest_free)
 
 int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t keylen,
 		      const char *tenant, const struct st_manifest_limits *limits,
@@ -673,25 +868,42 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 	if (vn == ST_ID_HEX)
 		memcpy(m->parent, v, vn);
 
+	/* "base <id>" (a delta) or nothing (a full manifest). */
+	size_t hl = 5;
+	if ((size_t)(lr.end - lr.p) > 5 && memcmp(lr.p, "base ", 5) == 0) {
+		if (!(v = header_value(&lr, "base", &vn)) || vn != ST_ID_HEX || !is_lower_hex(v, vn))
+			return al_error_set(err, -EBADMSG,
+					    "manifest line 5: expected \"base <checkpoint id>\"");
+		memcpy(m->base, v, vn);
+		hl++;
+	}
+
 	if (!(v = header_value(&lr, "created", &vn)) || !parse_i64(v, vn, &m->created))
 		return al_error_set(err, -EBADMSG,
-				    "manifest line 5: expected \"created <seconds>\"");
+				    "manifest line %zu: expected \"created <seconds>\"", hl);
 
 	uint64_t count;
+	hl++;
 	if (!(v = header_value(&lr, "entries", &vn)) || !parse_u64(v, vn, &count))
-		return al_error_set(err, -EBADMSG, "manifest line 6: expected \"entries <count>\"");
+		return al_error_set(err, -EBADMSG,
+				    "manifest line %zu: expected \"entries <count>\"", hl);
 	if (count > max_entries)
 		return al_error_set(err, -EBADMSG,
-				    "manifest line 6: %" PRIu64 " entries, more than the limit %zu",
-				    count, max_entries);
+				    "manifest line %zu: %" PRIu64 " entries, more than the limit %zu",
+				    hl, count, max_entries);
 	size_t lines = 0;
 	for (const char *s = lr.p; (s = memchr(s, '\n', (size_t)(lr.end - s))); s++)
 		lines++;
 	if (lines != count)
 		return al_error_set(err, -EBADMSG,
-				    "manifest line 6: %" PRIu64
+				    "manifest line %zu: %" PRIu64
 				    " entries declared, %zu entry lines",
-				    count, lines);
+				    hl, count, lines);
+
+	if (limits && limits->header_only) {
+		*ret = TAKE_PTR(m);
+		return 0;
+	}
 
 	/* 3. The entries: count is bounded by the input's lines now. */
 	if (count > 0) {
@@ -703,9 +915,10 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 	for (size_t i = 0; i < count; i++) {
 		next_line(&lr, &p, &n);
 		m->n_entries = i + 1; /* so st_manifest_free sees what parse_entry allocated */
-		const char *why = parse_entry(p, n, &m->entries[i]);
+		const char *why = parse_entry(p, n, m->base[0] != '\0', &m->entries[i]);
 		if (!why)
-			why = check_entry(m->entries, i, &st);
+			why = m->base[0] ? check_delta_entry(m->entries, i, &st) :
+					   check_entry(m->entries, i, &st);
 		if (why)
 			return bad_line(err, lr.line, why, p, n);
 	}

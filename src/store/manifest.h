@@ -11,6 +11,7 @@
  *   tenant <tenant>
  *   session <session>                 [a-zA-Z0-9._-]{1,64}
  *   parent <checkpoint id | ->
+ *   base <checkpoint id>              only in a delta (below)
  *   created <unix seconds>
  *   entries <count>
  *   d <mode> <mtime_ns> <path>
@@ -30,6 +31,19 @@
  * decoding) with no duplicates, and every path's parent directory is a
  * "d" entry listed before it (top-level entries have none). A symlink is
  * never a parent. The workspace root itself is not an entry.
+ *
+ * A delta manifest (one with a "base" line) lists changes to the tree of
+ * its base, which is a full manifest of the same tenant (a delta is never
+ * the base of another). Its entries follow the same rules of paths and
+ * order, except that a parent may be in the base instead, and it may hold
+ * two more records:
+ *   o <mode> <mtime_ns> <path>        a directory that replaces whatever the
+ *                                     base has at path, subtree and all
+ *   x <path>                          path and its subtree are gone
+ * A "d" entry changes a directory's mode and mtime and keeps what the base
+ * has below it; an "f" or "l" entry replaces whatever the base has at its
+ * path, subtree and all. The tree of a delta is its base with those changes
+ * applied (st_manifest_apply), and must pass every rule of a full manifest.
  */
 #pragma once
 
@@ -50,6 +64,8 @@ enum st_entry_type {
 	ST_DIR = 'd',
 	ST_FILE = 'f',
 	ST_SYMLINK = 'l',
+	ST_OPAQUE = 'o',   /* delta manifests only */
+	ST_WHITEOUT = 'x', /* delta manifests only */
 };
 
 struct st_entry {
@@ -67,12 +83,19 @@ struct st_manifest {
 	char tenant[ST_TENANT_MAX + 1];
 	char session[ST_SESSION_MAX + 1];
 	char parent[ST_ID_HEX + 1]; /* "" when none */
+	/* A delta's base ("" in a full manifest). After st_manifest_apply the
+	 * entries are the whole tree and base still names where it came from. */
+	char base[ST_ID_HEX + 1];
+	bool applied;
 	int64_t created;
 	struct st_entry *entries;
 	size_t n_entries;
 };
 
 struct st_manifest_limits {
+	/* Check the HMAC and read the header, but leave the entries out
+	 * (n_entries 0): whether a manifest is a delta, and of what. */
+	bool header_only;
 	size_t max_entries; /* 0: ST_MANIFEST_MAX_ENTRIES_DEFAULT */
 	size_t max_depth;   /* path segments; 0: ST_MANIFEST_MAX_DEPTH_DEFAULT */
 	uint64_t max_bytes; /* sum of file sizes; 0: no limit */
@@ -99,6 +122,17 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 		      struct st_manifest **ret, struct al_error *err);
 
 void st_manifest_free(struct st_manifest *m);
+
+/*
+ * The tree of delta (a parsed delta manifest) over base (a parsed full
+ * manifest whose id is delta->base): base with delta's changes, checked
+ * against every rule of a full manifest and limits (NULL: defaults).
+ * Consumes base and delta, whatever the outcome. *ret has delta's header,
+ * applied set and base still naming the base.
+ */
+int st_manifest_apply(struct st_manifest *base, struct st_manifest *delta,
+		      const struct st_manifest_limits *limits, struct st_manifest **ret,
+		      struct al_error *err);
 
 /* The checkpoint id of manifest text: SHA-256 hex. */
 void st_manifest_id(const char *text, size_t len, char out[ST_ID_HEX + 1]);

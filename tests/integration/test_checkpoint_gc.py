@@ -64,7 +64,7 @@ def restores(store, tmp_path, cid, want, tag):
 
 def restore_fails(store, tmp_path, cid, tag):
     p = store("restore", cid, "--to", str(tmp_path / f"gone-{tag}"))
-    assert p.returncode == 125 and b"no such object" in p.stderr, p
+    assert p.returncode == 125 and b"no checkpoint " + cid.encode() in p.stderr, p
 
 
 def series(store, ws, n, session="default"):

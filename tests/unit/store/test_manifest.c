@@ -733,6 +733,130 @@ static void test_million_entries(void **state)
 	free(e);
 }
 
+/* ---- deltas ---- */
+
+static struct st_manifest *parse_text(const char *body)
+{
+	size_t len;
+	char *text = sign(body, &len);
+	struct st_manifest *m = parse_ok(text, len, NULL);
+	free(text);
+	return m;
+}
+
+#define DELTA_HEADER(n)                                                                    \
+	"airlock-manifest 1\ntenant acme\nsession s-2\nparent -\nbase " ID1 "\ncreated 1\n" \
+	"entries " n "\n"
+#define C1 "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+static const char base_body[] = HEADER("8") "d 0755 0 a\n"
+					    "f 0644 0 1 a/b " C1 "\n"
+					    "d 0755 0 a/sub\n"
+					    "f 0644 0 1 a/sub/deep " C1 "\n"
+					    "f 0644 0 1 c " C1 "\n"
+					    "d 0755 0 e\n"
+					    "f 0644 0 1 e/x " C1 "\n"
+					    "l 0 s c\n";
+
+/* The paths and types of m, as "type path" lines. */
+static char *shape(const struct st_manifest *m)
+{
+	struct buf b = BUF_INIT(1 << 20);
+	for (size_t i = 0; i < m->n_entries; i++)
+		assert_int_equal(buf_appendf(&b, "%c %s\n", (char)m->entries[i].type,
+					     m->entries[i].path),
+				 0);
+	char *out;
+	size_t len;
+	assert_int_equal(buf_steal(&b, &out, &len), 0);
+	return out;
+}
+
+static void test_delta_round_trip_and_apply(void **state)
+{
+	const char *body = DELTA_HEADER("8") "d 0700 5 a\n"
+					     "x a/b\n"
+					     "f 0644 0 0 a/n -\n"
+					     "x a/sub\n"
+					     "f 0600 0 0 c -\n"
+					     "o 0755 0 e\n"
+					     "f 0644 0 0 e/y -\n"
+					     "d 0755 0 z\n";
+	struct st_manifest *d = parse_text(body);
+	assert_string_equal(d->base, ID1);
+	assert_int_equal(d->entries[1].type, ST_WHITEOUT);
+	assert_int_equal(d->entries[5].type, ST_OPAQUE);
+	/* Written back byte for byte. */
+	char *again = NULL;
+	size_t alen = 0;
+	size_t len;
+	char *text = sign(body, &len);
+	assert_int_equal(st_manifest_write(d, key, sizeof(key), &again, &alen, NULL), 0);
+	assert_int_equal(alen, len);
+	assert_memory_equal(again, text, len);
+	free(again);
+	free(text);
+
+	struct st_manifest *m = NULL;
+	struct al_error err = { 0 };
+	if (st_manifest_apply(parse_text(base_body), d, NULL, &m, &err) < 0)
+		fail_msg("apply: %s", err.msg);
+	char *got = shape(m);
+	assert_string_equal(got, "d a\nf a/n\nf c\nd e\nf e/y\nl s\nd z\n");
+	assert_true(m->applied);
+	assert_string_equal(m->base, ID1);
+	assert_int_equal(m->entries[0].mode, 0700);
+	assert_int_equal(m->entries[0].mtime_ns, 5);
+	assert_int_equal(m->entries[2].mode, 0600);
+	/* An applied tree is not written as if it were the delta. */
+	assert_int_equal(st_manifest_write(m, key, sizeof(key), &again, &alen, NULL), -EINVAL);
+	free(got);
+	st_manifest_free(m);
+}
+
+static void apply_fails(const char *delta_body, const char *why)
+{
+	struct st_manifest *m = NULL;
+	struct al_error err = { 0 };
+	int r = st_manifest_apply(parse_text(base_body), parse_text(delta_body), NULL, &m, &err);
+	assert_int_equal(r, -EBADMSG);
+	assert_null(m);
+	if (!strstr(err.msg, why))
+		fail_msg("error '%s' does not mention '%s'", err.msg, why);
+}
+
+static void test_delta_refused(void **state)
+{
+	apply_fails(DELTA_HEADER("1") "f 0644 0 0 c/x -\n", "below a file");
+	apply_fails(DELTA_HEADER("1") "f 0644 0 0 s/x -\n", "below a symlink");
+	apply_fails(DELTA_HEADER("1") "f 0644 0 0 q/x -\n", "parent directory not listed");
+	apply_fails(DELTA_HEADER("2") "x a\nf 0644 0 0 a/b/c -\n", "parent directory not listed");
+	/* What the delta alone breaks is refused when it is parsed. */
+	size_t len;
+	char *text = sign(DELTA_HEADER("2") "x a\nf 0644 0 0 a/n -\n", &len);
+	struct st_manifest *m = NULL;
+	struct al_error err = { 0 };
+	assert_int_equal(st_manifest_parse(text, len, key, sizeof(key), "acme", NULL, &m, &err),
+			 -EBADMSG);
+	assert_non_null(strstr(err.msg, "below a removed path"));
+	free(text);
+	/* The byte limit is the applied tree's. */
+	struct st_manifest_limits lim = { .max_bytes = 3 };
+	err = (struct al_error){ 0 };
+	assert_int_equal(st_manifest_apply(parse_text(base_body),
+					   parse_text(DELTA_HEADER("1") "f 0644 0 1 z " C1 "\n"),
+					   &lim, &m, &err),
+			 -EBADMSG);
+	assert_non_null(strstr(err.msg, "byte limit"));
+	/* A delta over a delta, or a full manifest as the delta: not applied. */
+	assert_int_equal(st_manifest_apply(parse_text(DELTA_HEADER("0")),
+					   parse_text(DELTA_HEADER("0")), NULL, &m, NULL),
+			 -EINVAL);
+	assert_int_equal(st_manifest_apply(parse_text(base_body), parse_text(base_body), NULL,
+					   &m, NULL),
+			 -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -750,6 +874,8 @@ int main(void)
 		cmocka_unit_test(test_error_quotes_little),
 		cmocka_unit_test(test_write_refuses_invalid),
 		cmocka_unit_test(test_million_entries),
+		cmocka_unit_test(test_delta_round_trip_and_apply),
+		cmocka_unit_test(test_delta_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
