@@ -50,12 +50,16 @@ tar --version | head -n 1 | grep -q 'GNU tar' || die "tar is not GNU tar"
 
 journal=$tree.journal # how to undo this benchmark's changes to the tree
 work=
+mounted= # the overlay of the layered phases, while mounted
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM HUP
 	if [ -f "$journal" ]; then
 		"$py" "$gen" revert "$tree" "$journal" || echo "bench-ck: WARNING: could not undo the changes to $tree; it will be regenerated next time" >&2
 		[ ! -f "$journal" ] || rm -f "$tree/.bench-stamp"
+	fi
+	if [ -n "$mounted" ] && mountpoint -q "$mounted"; then
+		umount "$mounted" || echo "bench-ck: WARNING: could not unmount $mounted" >&2
 	fi
 	if [ -n "$work" ] && [ -d "$work" ]; then
 		note "removing $work"
@@ -271,6 +275,36 @@ for r in $(seq "$rounds"); do
 		note "round $r: the $t restore equals the source (paths, modes, sizes, mtimes to the ${resol}, SHA-256 of every file)"
 		m "verified_$t" "${resol}"
 	done
+	# Layered (docs/checkpoints.md): the verified restore of the first
+	# checkpoint is the lower layer of an overlay, as a session's sandbox
+	# has it; the same changes go through the overlay, and each checkpoint
+	# reads only the upper layer.
+	lay=$d/layer
+	mkdir -p "$lay/upper" "$lay/work" "$lay/merged"
+	mount -t overlay overlay -o "lowerdir=$d/restore-airlock,upperdir=$lay/upper,workdir=$lay/work,redirect_dir=off,metacopy=off,index=off" \
+		"$lay/merged" || die "cannot mount the overlay for the layered phases"
+	mounted=$lay/merged
+	declare -A lids=()
+	for ph in one pct; do
+		n=1
+		[ "$ph" = one ] || n=$n_pct
+		bounded 60 "$py" "$gen" change "$lay/merged" "r$r-$ph" "$n" "$lay/journal"
+		# shellcheck disable=SC2016 # expanded by the inner bash
+		timed "$r" "l$ph" airlock bash -c '"$1" checkpoint create --upper "$2" --lower "$3" --session layer --store "$4" --key "$5" >"$6" 2>"$7"' \
+			_ "$airlock" "$lay/upper" "${ids[first]}" "$store" "$key" "$work/id.out" "$work/lcreate-$r-$ph.err"
+		lids[$ph]=$(cat "$work/id.out")
+		[ -n "${lids[$ph]}" ] || die "airlock checkpoint create --upper printed no id"
+		m "airlock_summary_${r}_l$ph" "$(tail -n 1 "$work/lcreate-$r-$ph.err")"
+	done
+	# the layered checkpoint differs from the first by exactly the changed files
+	ck diff "${ids[first]}" "${lids[pct]}" --names-only >"$work/lnames.out" || die "airlock checkpoint diff (layered)"
+	cut -d' ' -f4- "$lay/journal" | sort -u >"$work/lchanged.list"
+	sed -E 's/^[AMD] //' "$work/lnames.out" | sort -u >"$work/ldiffnames.list"
+	cmp -s "$work/lchanged.list" "$work/ldiffnames.list" ||
+		die "round $r: the layered checkpoint's diff lists $(wc -l <"$work/ldiffnames.list") paths; $(wc -l <"$work/lchanged.list") files were changed"
+	grep -qv '^M ' "$work/lnames.out" && die "round $r: the layered diff has more than changed files"
+	umount "$lay/merged" || die "cannot unmount $lay/merged"
+	mounted=
 	rm -f "$d/first.tar.zst"
 done
 

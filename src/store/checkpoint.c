@@ -940,6 +940,59 @@ static int commit(struct st_repo *r, const char *session, const char *parent, co
 	return rc;
 }
 
+/* A delta this large, and larger than a quarter of its base, is stored
+ * as a full manifest instead (docs/checkpoints.md). */
+#define FLATTEN_MIN 4096
+
+/*
+ * Commits the delta *entries (sorted) over base, or, when it has grown
+ * large against the base (base_n entries; 0: read the base's header), the
+ * whole tree as a full manifest. *entries and *n may be replaced.
+ */
+static int commit_layer(struct st_repo *r, const char *session, const char *parent,
+			const char *base, uint64_t base_n, struct st_entry **entries, size_t *n,
+			struct timespec now, const struct buf *cache, char out_id[ST_ID_HEX + 1],
+			struct al_error *err)
+{
+	static const struct st_manifest_limits head = { .header_only = true };
+	struct st_manifest *b = NULL;
+	int rc = 0;
+	if (*n > FLATTEN_MIN && base_n == 0) {
+		rc = manifest_load_raw(r, base, &head, &b, err);
+		if (rc < 0)
+			return rc;
+		base_n = b->declared;
+		st_manifest_free(b);
+		b = NULL;
+	}
+	if (*n <= FLATTEN_MIN || *n <= base_n / 4)
+		return commit(r, session, parent, base, *entries, *n, now, cache, out_id, err);
+
+	rc = manifest_load_raw(r, base, NULL, &b, err);
+	if (rc < 0)
+		return rc;
+	struct st_manifest *d = calloc(1, sizeof(*d)), *t = NULL;
+	if (!d) {
+		st_manifest_free(b);
+		return al_error_set(err, -ENOMEM, "out of memory");
+	}
+	snprintf(d->tenant, sizeof(d->tenant), "%s", r->tenant);
+	snprintf(d->base, sizeof(d->base), "%s", base);
+	d->entries = *entries;
+	d->n_entries = *n;
+	*entries = NULL;
+	*n = 0;
+	rc = st_manifest_apply(b, d, NULL, &t, err);
+	if (rc < 0)
+		return rc;
+	*entries = t->entries;
+	*n = t->n_entries;
+	t->entries = NULL;
+	t->n_entries = 0;
+	st_manifest_free(t);
+	return commit(r, session, parent, NULL, *entries, *n, now, cache, out_id, err);
+}
+
 /* Whether an entry of cuts (sorted) is at an ancestor of path. */
 static bool cut_above(const struct st_entry *cuts, size_t n, const char *path)
 {
@@ -1098,8 +1151,9 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 			entries_release(w.entries, w.n);
 			w.entries = d;
 			w.n = nd;
-			rc = commit(r, o->session, parent, full ? o->lower : lower->base, w.entries, w.n,
-				    now, &w.cache, ret->id, err);
+			rc = commit_layer(r, o->session, parent, full ? o->lower : lower->base,
+					  full ? lower->declared : 0, &w.entries, &w.n, now, &w.cache,
+					  ret->id, err);
 		}
 	} else if (rc == 0) {
 		rc = commit(r, o->session, parent, NULL, w.entries, w.n, now, &w.cache, ret->id, err);

@@ -900,6 +900,7 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 				    " entries declared, %zu entry lines",
 				    hl, count, lines);
 
+	m->declared = count;
 	if (limits && limits->header_only) {
 		*ret = TAKE_PTR(m);
 		return 0;

@@ -87,6 +87,7 @@ struct st_manifest {
 	 * entries are the whole tree and base still names where it came from. */
 	char base[ST_ID_HEX + 1];
 	bool applied;
+	uint64_t declared; /* parsed: the count of its "entries" line */
 	int64_t created;
 	struct st_entry *entries;
 	size_t n_entries;

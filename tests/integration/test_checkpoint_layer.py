@@ -311,3 +311,26 @@ def test_gc_keeps_the_base_of_a_delta_that_stays(store, layers, tmp_path):
     assert tree(out) == tree(lay.merged)
     # The dropped base is still whole (its chunks were kept with it).
     store("restore", base, "--to", str(tmp_path / "out-base"), check=True)
+
+
+def test_a_delta_grown_large_is_stored_whole(store, layers, tmp_path):
+    """More than 4096 changes and more than a quarter of the base: the
+    checkpoint is a full manifest (no base), with the same tree."""
+    ws = tmp_path / "ws"
+    make_workspace(ws)
+    base, _ = store.create(ws, session="base")
+    lay = layers(base)
+    many = lay.merged / "many"
+    many.mkdir()
+    for i in range(4200):
+        (many / f"f{i}").write_bytes(b"%d\n" % i)
+    cid, _ = layered(store, lay)
+    text = store.manifest(cid).decode()
+    assert "\nbase " not in text
+    assert_same_as_merged(store, tmp_path, lay, cid, "flat")
+    # And again over the same layers: still whole, still the merged view.
+    time.sleep(1.1)
+    (lay.merged / "plain.txt").write_bytes(b"after the flattening\n")
+    cid2, err = layered(store, lay)
+    assert "\nbase " not in store.manifest(cid2).decode()
+    assert_same_as_merged(store, tmp_path, lay, cid2, "flat2")
