@@ -541,8 +541,8 @@ int st_cas_put(struct st_cas *c, const void *data, size_t len, struct st_id *ret
 
 /* ---- reading ---- */
 
-int st_cas_get(struct st_cas *c, const struct st_id *id, void **ret, size_t *ret_len,
-	       struct al_error *err)
+static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, const struct st_id *id, void **ret,
+		   size_t *ret_len, struct al_error *err)
 {
 	char hex[ST_ID_HEX + 1];
 	st_id_hex(id, hex);
@@ -584,7 +584,7 @@ int st_cas_get(struct st_cas *c, const struct st_id *id, void **ret, size_t *ret
 	_cleanup_free_ uint8_t *out = malloc(loc->ulen ? loc->ulen : 1);
 	if (!out)
 		return al_error_set(err, -ENOMEM, "chunk %s: out of memory", hex);
-	size_t n = ZSTD_decompressDCtx(c->dctx, out, loc->ulen, rec + REC_HDR, loc->clen);
+	size_t n = ZSTD_decompressDCtx(dctx, out, loc->ulen, rec + REC_HDR, loc->clen);
 	if (ZSTD_isError(n))
 		return al_error_set(err, -EBADMSG, "chunk %s in pack %s: bad zstd frame: %s", hex,
 				    where, ZSTD_getErrorName(n));
@@ -600,6 +600,43 @@ int st_cas_get(struct st_cas *c, const struct st_id *id, void **ret, size_t *ret
 	*ret = TAKE_PTR(out);
 	*ret_len = n;
 	return 0;
+}
+
+int st_cas_get(struct st_cas *c, const struct st_id *id, void **ret, size_t *ret_len,
+	       struct al_error *err)
+{
+	return cas_get(c, c->dctx, id, ret, ret_len, err);
+}
+
+struct st_cas_reader {
+	struct st_cas *c;
+	ZSTD_DCtx *dctx;
+};
+
+int st_cas_reader_new(struct st_cas *c, struct st_cas_reader **ret, struct al_error *err)
+{
+	struct st_cas_reader *rd = calloc(1, sizeof(*rd));
+	if (!rd || !(rd->dctx = ZSTD_createDCtx())) {
+		free(rd);
+		return al_error_set(err, -ENOMEM, "out of memory");
+	}
+	rd->c = c;
+	*ret = rd;
+	return 0;
+}
+
+void st_cas_reader_free(struct st_cas_reader *rd)
+{
+	if (!rd)
+		return;
+	ZSTD_freeDCtx(rd->dctx);
+	free(rd);
+}
+
+int st_cas_read(struct st_cas_reader *rd, const struct st_id *id, void **ret, size_t *ret_len,
+		struct al_error *err)
+{
+	return cas_get(rd->c, rd->dctx, id, ret, ret_len, err);
 }
 
 int st_cas_each_pack(struct st_cas *c,

@@ -56,6 +56,17 @@ int st_cas_put(struct st_cas *c, const void *data, size_t len, struct st_id *ret
 /* Stores data whose id the caller computed already (st_sha256). */
 int st_cas_put_id(struct st_cas *c, const struct st_id *id, const void *data, size_t len,
 		  bool *ret_new, struct al_error *err);
+/*
+ * A reader for one thread: st_cas_read is st_cas_get with the reader's own
+ * decompression context, so that any number of threads read at once, each
+ * with its reader, while nothing writes to the st_cas.
+ */
+struct st_cas_reader;
+int st_cas_reader_new(struct st_cas *c, struct st_cas_reader **ret, struct al_error *err);
+void st_cas_reader_free(struct st_cas_reader *rd); /* accepts NULL */
+int st_cas_read(struct st_cas_reader *rd, const struct st_id *id, void **ret, size_t *ret_len,
+		struct al_error *err);
+
 /* Seals the open pack (if any chunk is in it): pack object, then index. */
 int st_cas_flush(struct st_cas *c, struct al_error *err);
 /* Reads and verifies a chunk; *ret is malloc'd (free it). */

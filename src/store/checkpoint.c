@@ -16,6 +16,7 @@
 #include "store/checkpoint.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -55,6 +56,24 @@ struct st_repo {
 	size_t keylen;
 	int level;
 };
+
+/* ---- threads ---- */
+
+int st_threads(unsigned *ret, struct al_error *err)
+{
+	const char *s = getenv("AIRLOCK_STORE_THREADS");
+	uint64_t v;
+	if (s && *s) {
+		if (parse_u64(s, &v) < 0 || v == 0 || v > ST_THREADS_MAX)
+			return al_error_set(err, -EINVAL, "AIRLOCK_STORE_THREADS: expected 1 to %d",
+					    ST_THREADS_MAX);
+		*ret = (unsigned)v;
+		return 0;
+	}
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	*ret = n < 1 ? 1 : n > ST_THREADS_MAX ? ST_THREADS_MAX : (unsigned)n;
+	return 0;
+}
 
 /* ---- fault injection for the crash tests: AIRLOCK_FAULT_STEP=N dies at
  * the Nth write step of a snapshot (see tests/integration/test_checkpoint.py) ---- */
@@ -1265,11 +1284,47 @@ static void remove_below(int dirfd)
 	closedir(d);
 }
 
-static int restore_file(struct st_repo *r, int root, const struct st_entry *e,
-			struct al_error *err)
+/* The directory of the last file a restore worker wrote: the next file is
+ * usually in it too (entries are sorted). */
+struct parent_cache {
+	int fd;
+	size_t len;
+	char dir[ST_PATH_MAX + 1];
+};
+
+static int cached_parent(struct parent_cache *pc, int root, const char *path,
+			 const char **ret_name)
+{
+	const char *slash = strrchr(path, '/');
+	size_t n = slash ? (size_t)(slash - path) : 0;
+	*ret_name = slash ? slash + 1 : path;
+	if (pc->fd >= 0 && pc->len == n && memcmp(pc->dir, path, n) == 0)
+		return pc->fd;
+	if (pc->fd >= 0)
+		close(pc->fd);
+	pc->fd = -1;
+	int fd;
+	if (n == 0) {
+		fd = fcntl(root, F_DUPFD_CLOEXEC, 3);
+		if (fd < 0)
+			fd = -errno;
+	} else {
+		memcpy(pc->dir, path, n);
+		pc->dir[n] = '\0';
+		fd = open_beneath(root, pc->dir, O_RDONLY | O_DIRECTORY, 0);
+	}
+	if (fd < 0)
+		return fd;
+	pc->fd = fd;
+	pc->len = n;
+	return fd;
+}
+
+static int restore_file(struct st_cas_reader *rd, int root, struct parent_cache *pc,
+			const struct st_entry *e, struct al_error *err)
 {
 	const char *name;
-	_cleanup_close_ int pfd = parent_fd(root, e->path, &name);
+	int pfd = cached_parent(pc, root, e->path, &name);
 	if (pfd < 0)
 		return al_error_set_errno(err, pfd, "cannot open the directory of %s", e->path);
 	_cleanup_close_ int fd =
@@ -1280,7 +1335,7 @@ static int restore_file(struct st_repo *r, int root, const struct st_entry *e,
 	for (size_t i = 0; i < e->n_chunks; i++) {
 		void *data = NULL;
 		size_t len = 0;
-		int rc = st_cas_get(r->cas, &e->chunks[i], &data, &len, err);
+		int rc = st_cas_read(rd, &e->chunks[i], &data, &len, err);
 		if (rc < 0)
 			return rc;
 		total += len;
@@ -1309,39 +1364,109 @@ static int restore_file(struct st_repo *r, int root, const struct st_entry *e,
 	return 0;
 }
 
+/* The files of a restore, shared by its workers. */
+struct restore_files {
+	struct st_repo *r;
+	int root;
+	const struct st_manifest *m;
+	pthread_mutex_t lock;
+	size_t next;	      /* the next entry to look at */
+	int rc;		      /* the first failure, or 0 */
+	struct al_error err;  /* and why */
+};
+
+#define RESTORE_BATCH 8 /* files a worker takes at a time */
+
+static void *restore_worker(void *arg)
+{
+	struct restore_files *j = arg;
+	struct al_error e = { 0 };
+	struct st_cas_reader *rd = NULL;
+	struct parent_cache pc = { .fd = -1 };
+	int rc = st_cas_reader_new(j->r->cas, &rd, &e);
+	while (rc == 0) {
+		pthread_mutex_lock(&j->lock);
+		size_t from = j->next, to = j->rc ? from : from + RESTORE_BATCH;
+		if (to > j->m->n_entries)
+			to = j->m->n_entries;
+		j->next = to;
+		pthread_mutex_unlock(&j->lock);
+		if (from >= to)
+			break;
+		for (size_t i = from; rc == 0 && i < to; i++)
+			if (j->m->entries[i].type == ST_FILE)
+				rc = restore_file(rd, j->root, &pc, &j->m->entries[i], &e);
+	}
+	if (rc < 0) {
+		pthread_mutex_lock(&j->lock);
+		if (j->rc == 0) {
+			j->rc = rc;
+			j->err = e;
+		}
+		pthread_mutex_unlock(&j->lock);
+	}
+	if (pc.fd >= 0)
+		close(pc.fd);
+	st_cas_reader_free(rd);
+	return NULL;
+}
+
+/* Writes every file of m below root on up to threads threads. */
+static int restore_all_files(struct st_repo *r, int root, const struct st_manifest *m,
+			     unsigned threads, struct al_error *err)
+{
+	struct restore_files j = { .r = r, .root = root, .m = m };
+	pthread_mutex_init(&j.lock, NULL);
+	pthread_t tid[ST_THREADS_MAX];
+	unsigned started = 0;
+	for (; started + 1 < threads; started++)
+		if (pthread_create(&tid[started], NULL, restore_worker, &j) != 0)
+			break; /* fewer workers: still correct */
+	restore_worker(&j);
+	for (unsigned k = 0; k < started; k++)
+		pthread_join(tid[k], NULL);
+	pthread_mutex_destroy(&j.lock);
+	if (j.rc < 0)
+		return al_error_set(err, j.rc, "%s", al_error_message(&j.err));
+	return 0;
+}
+
 static int restore_entries(struct st_repo *r, int root, const struct st_manifest *m,
 			   struct al_error *err)
 {
+	unsigned threads;
+	int rc = st_threads(&threads, err);
+	if (rc < 0)
+		return rc;
+	/* Directories and symlinks first, in order (a parent before what is
+	 * in it), then the files, on every core. */
 	for (size_t i = 0; i < m->n_entries; i++) {
 		const struct st_entry *e = &m->entries[i];
-		int rc = 0;
-		if (e->type == ST_FILE) {
-			rc = restore_file(r, root, e, err);
-		} else {
-			const char *name;
-			_cleanup_close_ int pfd = parent_fd(root, e->path, &name);
-			if (pfd < 0)
-				return al_error_set_errno(err, pfd, "cannot open the directory of %s",
-							  e->path);
-			if (e->type == ST_DIR) {
-				/* Writable until everything below is in; the mode comes last. */
-				if (mkdirat(pfd, name, 0700) < 0)
-					rc = al_error_set_errno(err, -errno, "cannot create %s", e->path);
-			} else if (symlinkat(e->target, pfd, name) < 0) {
+		if (e->type == ST_FILE)
+			continue;
+		const char *name;
+		_cleanup_close_ int pfd = parent_fd(root, e->path, &name);
+		if (pfd < 0)
+			return al_error_set_errno(err, pfd, "cannot open the directory of %s", e->path);
+		if (e->type == ST_DIR) {
+			/* Writable until everything below is in; the mode comes last. */
+			if (mkdirat(pfd, name, 0700) < 0)
 				rc = al_error_set_errno(err, -errno, "cannot create %s", e->path);
-			} else {
-				struct timespec ts[2] = {
-					{ .tv_nsec = UTIME_OMIT },
-					{ .tv_sec = e->mtime_ns / 1000000000ll,
-					  .tv_nsec = e->mtime_ns % 1000000000ll }
-				};
-				if (ts[1].tv_nsec >= 0)
-					(void)utimensat(pfd, name, ts, AT_SYMLINK_NOFOLLOW);
-			}
+		} else if (symlinkat(e->target, pfd, name) < 0) {
+			rc = al_error_set_errno(err, -errno, "cannot create %s", e->path);
+		} else {
+			struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
+						  { .tv_sec = e->mtime_ns / 1000000000ll,
+						    .tv_nsec = e->mtime_ns % 1000000000ll } };
+			if (ts[1].tv_nsec >= 0)
+				(void)utimensat(pfd, name, ts, AT_SYMLINK_NOFOLLOW);
 		}
 		if (rc < 0)
 			return rc;
 	}
+	rc = restore_all_files(r, root, m, threads, err);
+	if (rc < 0)
+		return rc;
 	/* Directories last, deepest first: their modes and times. */
 	for (size_t i = m->n_entries; i-- > 0;) {
 		const struct st_entry *e = &m->entries[i];
@@ -1353,7 +1478,6 @@ static int restore_entries(struct st_repo *r, int root, const struct st_manifest
 		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
 					  { .tv_sec = e->mtime_ns / 1000000000ll,
 					    .tv_nsec = e->mtime_ns % 1000000000ll } };
-		int rc = 0;
 		if (fchmod(fd, e->mode) < 0 || (ts[1].tv_nsec >= 0 && futimens(fd, ts) < 0))
 			rc = al_error_set_errno(err, -errno, "cannot set the mode of %s", e->path);
 		close(fd);

@@ -93,6 +93,11 @@ const char *st_repo_tenant(const struct st_repo *r);
  */
 int st_repo_lock_writer(struct st_repo *r, int *ret_fd, struct al_error *err);
 
+/* Threads a snapshot or restore uses: $AIRLOCK_STORE_THREADS (1 to
+ * ST_THREADS_MAX) or one per online CPU (at most ST_THREADS_MAX). */
+#define ST_THREADS_MAX 64
+int st_threads(unsigned *ret, struct al_error *err);
+
 /* Restores checkpoint id into dir (created if absent; must be empty). On
  * failure dir is left empty (what was written is removed). */
 int st_restore(struct st_repo *r, const char *id, const char *dir,

@@ -131,6 +131,18 @@ static bool prefix_valid(const char *prefix)
 
 /* ---- resolution beneath the root ---- */
 
+/* A symlink opened O_NOFOLLOW | O_DIRECTORY fails with ENOTDIR, which
+ * callers read as "absent": it is ELOOP, as under RESOLVE_NO_SYMLINKS. */
+static int walk_errno(int dirfd, const char *name)
+{
+	int r = -errno;
+	struct stat st;
+	if (r == -ENOTDIR && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISLNK(st.st_mode))
+		return -ELOOP;
+	return r;
+}
+
 /* The walk for kernels without openat2: every component O_NOFOLLOW, every
  * directory opened as one. Keys hold no "..", so this stays beneath. */
 static int openat_walk(int dirfd, const char *path, int flags, mode_t mode)
@@ -151,13 +163,13 @@ static int openat_walk(int dirfd, const char *path, int flags, mode_t mode)
 		*slash = '\0';
 		int fd = openat(cur, seg, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
-			return -errno;
+			return walk_errno(cur, seg);
 		safe_close(owned);
 		owned = cur = fd;
 		seg = slash + 1;
 	}
 	int fd = openat(cur, seg, flags | O_NOFOLLOW | O_CLOEXEC, mode);
-	return fd < 0 ? -errno : fd;
+	return fd < 0 ? walk_errno(cur, seg) : fd;
 }
 
 /* Opens path (relative, no "..") below dirfd following no symlink at all. */
