@@ -36,7 +36,10 @@ static const char usage[] =
 	"  --store DIR     the object store (default $AIRLOCK_STORE_DIR or " DEFAULT_STORE ")\n"
 	"  --tenant T      the tenant (default: default)\n"
 	"  --key FILE      the manifests' HMAC key (default $AIRLOCK_CHECKPOINT_KEY or\n"
-	"                  " DEFAULT_KEY "; `create` makes it when absent)\n";
+	"                  " DEFAULT_KEY "; `create` makes it when absent)\n"
+	"environment:\n"
+	"  AIRLOCK_STORE_THREADS=N  `create` reads and compresses with N threads\n"
+	"                           (default: one per CPU; 1: no extra thread)\n";
 
 
 enum {
@@ -177,12 +180,22 @@ static int do_create(struct copts *o)
 {
 	if (!o->workspace || o->n_args != 0)
 		return cli_fail("usage: airlock checkpoint create --workspace DIR [--session S]");
+	/* For comparisons and small machines; the default is one per CPU. */
+	unsigned threads = 0;
+	const char *env = getenv("AIRLOCK_STORE_THREADS");
+	if (env && *env) {
+		uint64_t v;
+		if (parse_u64(env, &v) < 0 || v == 0 || v > ST_SNAPSHOT_THREADS_MAX)
+			return cli_fail("AIRLOCK_STORE_THREADS wants a thread count from 1 to %d, "
+					"not '%s'", ST_SNAPSHOT_THREADS_MAX, env);
+		threads = (unsigned)v;
+	}
 	struct st_repo *r = NULL;
 	int rc = open_repo(o, true, &r);
 	if (rc)
 		return rc;
 	struct st_snapshot_opts so = { .workspace = o->workspace, .session = o->session,
-				       .report = report };
+				       .report = report, .threads = threads };
 	struct st_snapshot_result res;
 	struct al_error err = { 0 };
 	rc = st_snapshot(r, &so, &res, &err);

@@ -44,7 +44,15 @@ struct st_snapshot_opts {
 	 * mode bit dropped (setuid, setgid, sticky); may be NULL. */
 	void (*report)(const char *path, const char *what, void *ud);
 	void *ud;
+	/* Threads that read, hash and compress files while this one walks:
+	 * 0 for one per online CPU (at most ST_SNAPSHOT_THREADS_DEFAULT_MAX);
+	 * 1 for none (this thread does it all). The checkpoint is the same
+	 * whatever the number. */
+	unsigned threads;
 };
+
+#define ST_SNAPSHOT_THREADS_MAX 256
+#define ST_SNAPSHOT_THREADS_DEFAULT_MAX 32
 
 struct st_snapshot_result {
 	char id[ST_ID_HEX + 1];
