@@ -38,7 +38,10 @@ static const char usage[] =
 	"  --store DIR     the object store (default $AIRLOCK_STORE_DIR or " DEFAULT_STORE ")\n"
 	"  --tenant T      the tenant (default: default)\n"
 	"  --key FILE      the manifests' HMAC key (default $AIRLOCK_CHECKPOINT_KEY or\n"
-	"                  " DEFAULT_KEY "; `create` makes it when absent)\n";
+	"                  " DEFAULT_KEY "; `create` makes it when absent)\n"
+	"environment:\n"
+	"  AIRLOCK_STORE_THREADS=N  `create` and `restore` use N threads\n"
+	"                           (default: one per CPU; 1: no extra thread)\n";
 
 
 enum {

@@ -15,11 +15,20 @@
  * In memory: parallel arrays of chunk ids and locations, in pack order
  * (the chunks of one pack are contiguous, the open pack's are last), and
  * an open-addressing table id -> position for O(1) lookups.
+ *
+ * Concurrent writers (st_cas_put_shared) hash and compress without the
+ * lock, then take it to look up, append to the open pack and, when it is
+ * full, hand it over: the pack gets its number (a pending entry in packs,
+ * hex still empty) and a fresh open pack starts at once, while the writer
+ * that filled it hashes and writes it without the lock. The index object
+ * is built from the pack's own records, so a sealing writer never reads
+ * ids/locs, which the others may be growing meanwhile.
  */
 #include "store/cas.h"
 
 #include <errno.h>
 #include <openssl/sha.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +68,7 @@ struct st_cas {
 	char tenant[ST_TENANT_MAX + 1];
 	ZSTD_CCtx *cctx;
 	ZSTD_DCtx *dctx;
+	int level;
 	size_t target;
 
 	struct st_id *ids;
@@ -77,6 +87,19 @@ struct st_cas {
 	size_t open_first; /* its first chunk in ids/locs */
 
 	struct st_cas_stats stats;
+
+	/* For st_cas_put_shared: guards everything above but os, tenant,
+	 * target and dctx (read-only while writers run; cctx is unused). */
+	pthread_mutex_t lock;
+	uint8_t *spare; /* a sealed pack's buffer, kept for the next one */
+	size_t spare_cap;
+	int broken; /* a pack handed over could not be written: every write fails */
+};
+
+struct st_cas_writer {
+	struct st_cas *c;
+	ZSTD_CCtx *cctx;
+	uint8_t *rec; /* REC_HDR + CLEN_MAX: one record, compressed outside the lock */
 };
 
 /* ---- ids ---- */
@@ -337,6 +360,8 @@ void st_cas_close(struct st_cas *c)
 	free(c->packs);
 	free(c->slots);
 	free(c->open);
+	free(c->spare);
+	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
 
@@ -354,9 +379,14 @@ int st_cas_open(struct st_objstore *os, const char *tenant, int level, struct st
 	_cleanup_(st_cas_closep) struct st_cas *c = calloc(1, sizeof(*c));
 	if (!c)
 		return al_error_set(err, -ENOMEM, "chunk store: out of memory");
+	if (pthread_mutex_init(&c->lock, NULL) != 0) {
+		free(TAKE_PTR(c));
+		return al_error_set(err, -ENOMEM, "chunk store: cannot make a lock");
+	}
 	c->os = os;
 	memcpy(c->tenant, tenant, strlen(tenant) + 1);
 	c->target = ST_PACK_TARGET;
+	c->level = level;
 	c->cctx = ZSTD_createCCtx();
 	c->dctx = ZSTD_createDCtx();
 	if (!c->cctx || !c->dctx)
@@ -416,15 +446,17 @@ static int open_reserve(struct st_cas *c, size_t n)
 	return 0;
 }
 
-int st_cas_flush(struct st_cas *c, struct al_error *err)
+/*
+ * Writes a full pack: the pack object, then its index, built from the
+ * pack's own records (n of them, as the caller counted). Reads nothing of c
+ * but os and tenant, so a writer may run it without the lock.
+ */
+static int seal_write(const struct st_cas *c, const uint8_t *pack, size_t len, size_t n,
+		      char hex[ST_ID_HEX + 1], struct al_error *err)
 {
-	size_t n = c->n_recs - c->open_first;
-	if (n == 0)
-		return 0;
-
 	struct st_id pid;
-	char hex[ST_ID_HEX + 1], key[ST_KEY_MAX + 1];
-	st_sha256(c->open, c->open_len, &pid);
+	char key[ST_KEY_MAX + 1];
+	st_sha256(pack, len, &pid);
 	st_id_hex(&pid, hex);
 
 	size_t ilen = INDEX_HDR + n * INDEX_REC + INDEX_TRAILER;
@@ -432,31 +464,56 @@ int st_cas_flush(struct st_cas *c, struct al_error *err)
 	if (!idx)
 		return al_error_set(err, -ENOMEM, "sealing pack %s: out of memory", hex);
 	memcpy(idx, INDEX_MAGIC, INDEX_MAGIC_LEN);
-	put_u64(idx + INDEX_MAGIC_LEN, c->open_len);
+	put_u64(idx + INDEX_MAGIC_LEN, len);
 	put_u32(idx + INDEX_MAGIC_LEN + 8, (uint32_t)n);
 	put_u32(idx + INDEX_MAGIC_LEN + 12, 0);
+	size_t off = PACK_MAGIC_LEN;
 	for (size_t i = 0; i < n; i++) {
+		const uint8_t *rec = pack + off;
 		uint8_t *r = idx + INDEX_HDR + i * INDEX_REC;
-		const struct cas_loc *loc = &c->locs[c->open_first + i];
-		memcpy(r, c->ids[c->open_first + i].b, ST_ID_LEN);
-		put_u64(r + ST_ID_LEN, loc->off);
-		put_u32(r + ST_ID_LEN + 8, loc->clen);
-		put_u32(r + ST_ID_LEN + 12, loc->ulen);
+		uint32_t ulen = get_u32(rec + ST_ID_LEN), clen = get_u32(rec + ST_ID_LEN + 4);
+		memcpy(r, rec, ST_ID_LEN);
+		put_u64(r + ST_ID_LEN, off + REC_HDR);
+		put_u32(r + ST_ID_LEN + 8, clen);
+		put_u32(r + ST_ID_LEN + 12, ulen);
+		off += REC_HDR + clen;
 	}
+	if (off != len)
+		return al_error_set(err, -EIO, "sealing pack %s: its records do not tile it", hex);
 	struct st_id sum;
 	st_sha256(idx, ilen - INDEX_TRAILER, &sum);
 	memcpy(idx + ilen - INDEX_TRAILER, sum.b, ST_ID_LEN);
 
 	/* Pack first: an index never names a pack that is not there. */
 	obj_key(c, "packs", hex, key);
-	int r = st_obj_put(c->os, key, c->open, c->open_len, err);
+	int r = st_obj_put(c->os, key, pack, len, err);
 	if (r < 0)
 		return al_error_set(err, r, "sealing pack %s", key);
 	obj_key(c, "index", hex, key);
 	r = st_obj_put(c->os, key, idx, ilen, err);
 	if (r < 0)
 		return al_error_set(err, r, "sealing pack index %s", key);
+	return 0;
+}
 
+static int broken_error(const struct st_cas *c, int code, struct al_error *err)
+{
+	return al_error_set(err, code,
+			    "chunk store of tenant %s: an earlier pack could not be written",
+			    c->tenant);
+}
+
+int st_cas_flush(struct st_cas *c, struct al_error *err)
+{
+	if (c->broken)
+		return broken_error(c, c->broken, err);
+	size_t n = c->n_recs - c->open_first;
+	if (n == 0)
+		return 0;
+	char hex[ST_ID_HEX + 1];
+	int r = seal_write(c, c->open, c->open_len, n, hex, err);
+	if (r < 0)
+		return r;
 	r = add_pack(c, hex, c->open_first, n);
 	if (r < 0)
 		return al_error_set_errno(err, r, "sealing pack %s", hex);
@@ -466,10 +523,49 @@ int st_cas_flush(struct st_cas *c, struct al_error *err)
 	return 0;
 }
 
+/* Makes room in the open pack for one record and returns where it goes. */
+static int rec_reserve(struct st_cas *c, uint8_t **ret)
+{
+	bool fresh = c->open_len == 0;
+	int r = open_reserve(c, (fresh ? PACK_MAGIC_LEN : 0) + REC_HDR + CLEN_MAX);
+	if (r < 0)
+		return r;
+	if (fresh) {
+		memcpy(c->open, PACK_MAGIC, PACK_MAGIC_LEN);
+		c->open_len = PACK_MAGIC_LEN;
+	}
+	*ret = c->open + c->open_len;
+	return 0;
+}
+
+/* Completes the record at the end of the open pack, its frame in place. */
+static int rec_commit(struct st_cas *c, const struct st_id *id, size_t len, size_t clen)
+{
+	uint8_t *rec = c->open + c->open_len;
+	memcpy(rec, id->b, ST_ID_LEN);
+	put_u32(rec + ST_ID_LEN, (uint32_t)len);
+	put_u32(rec + ST_ID_LEN + 4, (uint32_t)clen);
+	struct cas_loc loc = {
+		.off = c->open_len + REC_HDR,
+		.pack = (uint32_t)c->n_packs,
+		.clen = (uint32_t)clen,
+		.ulen = (uint32_t)len,
+	};
+	int r = add_rec(c, id, &loc);
+	if (r < 0)
+		return r;
+	c->open_len += REC_HDR + clen;
+	c->stats.chunks_new++;
+	c->stats.bytes_stored += REC_HDR + clen;
+	return 0;
+}
+
 int st_cas_put_id(struct st_cas *c, const struct st_id *id, const void *data, size_t len,
 		  bool *ret_new, struct al_error *err)
 {
 	char hex[ST_ID_HEX + 1];
+	if (c->broken)
+		return broken_error(c, c->broken, err);
 	if (len > ST_CHUNK_MAX) {
 		st_id_hex(id, hex);
 		return al_error_set(err, -EFBIG, "chunk %s: %zu bytes, more than %u", hex, len,
@@ -484,16 +580,12 @@ int st_cas_put_id(struct st_cas *c, const struct st_id *id, const void *data, si
 	}
 
 	bool fresh = c->open_len == 0;
-	int r = open_reserve(c, (fresh ? PACK_MAGIC_LEN : 0) + REC_HDR + CLEN_MAX);
+	uint8_t *rec;
+	int r = rec_reserve(c, &rec);
 	if (r < 0) {
 		st_id_hex(id, hex);
 		return al_error_set_errno(err, r, "chunk %s: cannot buffer it", hex);
 	}
-	if (fresh) {
-		memcpy(c->open, PACK_MAGIC, PACK_MAGIC_LEN);
-		c->open_len = PACK_MAGIC_LEN;
-	}
-	uint8_t *rec = c->open + c->open_len;
 	size_t clen = ZSTD_compress2(c->cctx, rec + REC_HDR, CLEN_MAX, data, len);
 	if (ZSTD_isError(clen)) {
 		st_id_hex(id, hex);
@@ -501,25 +593,13 @@ int st_cas_put_id(struct st_cas *c, const struct st_id *id, const void *data, si
 			c->open_len = 0;
 		return al_error_set(err, -EIO, "chunk %s: zstd: %s", hex, ZSTD_getErrorName(clen));
 	}
-	memcpy(rec, id->b, ST_ID_LEN);
-	put_u32(rec + ST_ID_LEN, (uint32_t)len);
-	put_u32(rec + ST_ID_LEN + 4, (uint32_t)clen);
-	struct cas_loc loc = {
-		.off = c->open_len + REC_HDR,
-		.pack = (uint32_t)c->n_packs,
-		.clen = (uint32_t)clen,
-		.ulen = (uint32_t)len,
-	};
-	r = add_rec(c, id, &loc);
+	r = rec_commit(c, id, len, clen);
 	if (r < 0) {
 		st_id_hex(id, hex);
 		if (fresh)
 			c->open_len = 0;
 		return al_error_set_errno(err, r, "chunk %s", hex);
 	}
-	c->open_len += REC_HDR + clen;
-	c->stats.chunks_new++;
-	c->stats.bytes_stored += REC_HDR + clen;
 	if (ret_new)
 		*ret_new = true;
 	if (c->open_len >= c->target)
@@ -536,6 +616,175 @@ int st_cas_put(struct st_cas *c, const void *data, size_t len, struct st_id *ret
 	if (r < 0)
 		return r;
 	*ret_id = id;
+	return 0;
+}
+
+/* ---- concurrent writers ---- */
+
+void st_cas_writer_free(struct st_cas_writer *w)
+{
+	if (!w)
+		return;
+	ZSTD_freeCCtx(w->cctx);
+	free(w->rec);
+	free(w);
+}
+
+DEFINE_CLEANUP_FUNC(struct st_cas_writer, st_cas_writer_free)
+
+int st_cas_writer_new(struct st_cas *c, struct st_cas_writer **ret, struct al_error *err)
+{
+	_cleanup_(st_cas_writer_freep) struct st_cas_writer *w = calloc(1, sizeof(*w));
+	if (!w)
+		return al_error_set(err, -ENOMEM, "chunk store: out of memory");
+	w->c = c;
+	w->cctx = ZSTD_createCCtx();
+	w->rec = malloc(REC_HDR + CLEN_MAX);
+	if (!w->cctx || !w->rec)
+		return al_error_set(err, -ENOMEM, "chunk store: out of memory");
+	if (ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_compressionLevel, c->level)) ||
+	    ZSTD_isError(ZSTD_CCtx_setParameter(w->cctx, ZSTD_c_contentSizeFlag, 1)))
+		return al_error_set(err, -EINVAL, "chunk store: zstd refuses level %d", c->level);
+	*ret = TAKE_PTR(w);
+	return 0;
+}
+
+bool st_cas_has_shared(struct st_cas *c, const struct st_id *id)
+{
+	pthread_mutex_lock(&c->lock);
+	bool has = lookup(c, id) != SIZE_MAX;
+	pthread_mutex_unlock(&c->lock);
+	return has;
+}
+
+struct handover {
+	uint8_t *buf;
+	size_t len, cap, n;
+	uint32_t pack; /* its number in packs */
+};
+
+/*
+ * Under the lock: appends the record compressed into w->rec, unless the
+ * chunk arrived meanwhile, and hands the open pack over in *ho once full.
+ */
+static int append_locked(struct st_cas_writer *w, const struct st_id *id, size_t len, size_t clen,
+			 bool *ret_new, struct handover *ho)
+{
+	struct st_cas *c = w->c;
+	c->stats.bytes_in += len;
+	if (lookup(c, id) != SIZE_MAX) {
+		c->stats.chunks_dup++;
+		*ret_new = false;
+		return 0;
+	}
+	bool fresh = c->open_len == 0;
+	uint8_t *rec;
+	int r = rec_reserve(c, &rec);
+	if (r == 0) {
+		memcpy(rec + REC_HDR, w->rec + REC_HDR, clen);
+		r = rec_commit(c, id, len, clen);
+	}
+	if (r < 0) {
+		c->stats.bytes_in -= len;
+		if (fresh)
+			c->open_len = 0;
+		return r;
+	}
+	*ret_new = true;
+	if (c->open_len < c->target)
+		return 0;
+	size_t n = c->n_recs - c->open_first;
+	ho->pack = (uint32_t)c->n_packs;
+	static const char pending[ST_ID_HEX + 1]; /* its hex comes with the seal */
+	r = add_pack(c, pending, c->open_first, n);
+	if (r < 0) {
+		c->broken = r; /* the records are in; the pack can never be named */
+		return r;
+	}
+	ho->buf = c->open;
+	ho->len = c->open_len;
+	ho->cap = c->open_cap;
+	ho->n = n;
+	c->open = TAKE_PTR(c->spare);
+	c->open_cap = c->spare_cap;
+	c->spare_cap = 0;
+	c->open_len = 0;
+	c->open_first = c->n_recs;
+	return 0;
+}
+
+int st_cas_put_shared(struct st_cas_writer *w, const void *data, size_t len,
+		      struct st_id *ret_id, bool *ret_new, struct al_error *err)
+{
+	struct st_cas *c = w->c;
+	struct st_id id;
+	char hex[ST_ID_HEX + 1];
+	st_sha256(data, len, &id);
+	if (len > ST_CHUNK_MAX) {
+		st_id_hex(&id, hex);
+		return al_error_set(err, -EFBIG, "chunk %s: %zu bytes, more than %u", hex, len,
+				    ST_CHUNK_MAX);
+	}
+
+	/* Most chunks of a second copy are known: no compression for them. */
+	pthread_mutex_lock(&c->lock);
+	int r = c->broken;
+	bool known = r == 0 && lookup(c, &id) != SIZE_MAX;
+	if (known) {
+		c->stats.bytes_in += len;
+		c->stats.chunks_dup++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (r < 0)
+		return broken_error(c, r, err);
+	if (known) {
+		*ret_id = id;
+		if (ret_new)
+			*ret_new = false;
+		return 0;
+	}
+
+	size_t clen = ZSTD_compress2(w->cctx, w->rec + REC_HDR, CLEN_MAX, data, len);
+	if (ZSTD_isError(clen)) {
+		st_id_hex(&id, hex);
+		return al_error_set(err, -EIO, "chunk %s: zstd: %s", hex, ZSTD_getErrorName(clen));
+	}
+
+	bool fresh = false;
+	struct handover ho = { 0 };
+	pthread_mutex_lock(&c->lock);
+	int broken = c->broken;
+	r = broken ? broken : append_locked(w, &id, len, clen, &fresh, &ho);
+	pthread_mutex_unlock(&c->lock);
+	if (broken)
+		return broken_error(c, broken, err);
+	if (r < 0) {
+		st_id_hex(&id, hex);
+		return al_error_set_errno(err, r, "chunk %s: cannot buffer it", hex);
+	}
+
+	if (ho.buf) {
+		r = seal_write(c, ho.buf, ho.len, ho.n, hex, err);
+		pthread_mutex_lock(&c->lock);
+		if (r < 0) {
+			if (!c->broken)
+				c->broken = r;
+		} else {
+			memcpy(c->packs[ho.pack].hex, hex, ST_ID_HEX + 1);
+			c->stats.packs_written++;
+		}
+		if (!c->spare) {
+			c->spare = TAKE_PTR(ho.buf);
+			c->spare_cap = ho.cap;
+		}
+		pthread_mutex_unlock(&c->lock);
+		free(ho.buf);
+		if (r < 0)
+			return r;
+	}
+	*ret_id = id;
+	if (ret_new)
+		*ret_new = fresh;
 	return 0;
 }
 

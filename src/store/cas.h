@@ -73,6 +73,30 @@ int st_cas_flush(struct st_cas *c, struct al_error *err);
 int st_cas_get(struct st_cas *c, const struct st_id *id, void **ret, size_t *ret_len,
 	       struct al_error *err);
 
+/*
+ * Concurrent writers, for a snapshot's worker threads. Each thread has its
+ * own st_cas_writer (a zstd context and a record buffer) and calls
+ * st_cas_put_shared and st_cas_has_shared only; while any of them may run,
+ * nothing else may use the st_cas (the functions above are not
+ * thread-safe). Once every writer is done, st_cas_flush seals what is left.
+ *
+ * st_cas_put_shared is st_cas_put for threads: the hashing and compression
+ * happen outside the store's lock, the lookup and the append to the open
+ * pack under it. The writer that fills a pack writes it (pack, then index)
+ * without the lock while the others go on filling the next one. Two
+ * writers that store the same new chunk at once both compress it; one
+ * stores it, the other gets *ret_new false, so the counts stay exact.
+ * Should a pack fail to be written, every later write and st_cas_flush
+ * fails too (the in-memory index would name a pack that is not there):
+ * close the st_cas.
+ */
+struct st_cas_writer;
+int st_cas_writer_new(struct st_cas *c, struct st_cas_writer **ret, struct al_error *err);
+void st_cas_writer_free(struct st_cas_writer *w); /* accepts NULL */
+int st_cas_put_shared(struct st_cas_writer *w, const void *data, size_t len,
+		      struct st_id *ret_id, bool *ret_new, struct al_error *err);
+bool st_cas_has_shared(struct st_cas *c, const struct st_id *id);
+
 /* For GC: calls fn for every pack id with its chunk ids. */
 int st_cas_each_pack(struct st_cas *c,
 		     int (*fn)(const char *pack_hex, const struct st_id *chunks, size_t n, void *ud),

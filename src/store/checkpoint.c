@@ -22,6 +22,8 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/openat2.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -65,13 +67,14 @@ int st_threads(unsigned *ret, struct al_error *err)
 	uint64_t v;
 	if (s && *s) {
 		if (parse_u64(s, &v) < 0 || v == 0 || v > ST_THREADS_MAX)
-			return al_error_set(err, -EINVAL, "AIRLOCK_STORE_THREADS: expected 1 to %d",
-					    ST_THREADS_MAX);
+			return al_error_set(err, -EINVAL,
+					    "AIRLOCK_STORE_THREADS wants a thread count from 1 to %d, "
+					    "not '%s'", ST_THREADS_MAX, s);
 		*ret = (unsigned)v;
 		return 0;
 	}
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	*ret = n < 1 ? 1 : n > ST_THREADS_MAX ? ST_THREADS_MAX : (unsigned)n;
+	*ret = n < 1 ? 1 : n > ST_THREADS_DEFAULT_MAX ? ST_THREADS_DEFAULT_MAX : (unsigned)n;
 	return 0;
 }
 
@@ -556,6 +559,19 @@ static const struct stat_rec *statcache_find(const struct statcache *sc, const c
 
 /* ---- snapshot ---- */
 
+/* Where a file's chunks go: the store itself (no workers), or a worker's
+ * writer (st_cas_put_shared). */
+struct chunk_sink {
+	struct st_cas *cas;
+	struct st_cas_writer *cw;
+	const bool *stop; /* when set (atomically), a worker gives up early */
+	unsigned char *buf; /* 2 * ST_CDC_MAX */
+	uint64_t chunks_new, bytes_new;
+	uint64_t bytes; /* read by a worker; the walk counts the others */
+};
+
+struct pool;
+
 struct walk {
 	struct st_repo *r;
 	const struct st_snapshot_opts *o;
@@ -566,8 +582,64 @@ struct walk {
 	struct st_entry *entries;
 	size_t n, cap;
 	struct buf cache; /* the new stat cache */
-	unsigned char *buf; /* 2 * ST_CDC_MAX */
-	bool layer;	    /* walking an overlayfs upper directory */
+	bool layer; /* walking an overlayfs upper directory */
+	struct chunk_sink sink; /* without workers */
+	struct pool *pool;	/* with workers: the files opened go there */
+};
+
+/*
+ * Worker threads: the walking thread opens each file to read (so the
+ * identity check stays next to the stat) and queues it; a worker reads,
+ * cuts, hashes and compresses it and keeps its chunk list, filed in the
+ * file's entry once the workers are done (so the walk may grow the entry
+ * array meanwhile). Files go in batches, for fewer wake-ups on trees of
+ * small files. The queue is bounded, so are open descriptors and memory.
+ * The first error, the walker's or a worker's, stops everything and is
+ * the one reported.
+ */
+#define JOB_FILES 16
+#define JOB_BYTES (4u << 20) /* a batch is full with this much (by stat) */
+
+struct job_file {
+	int fd;
+	size_t entry;	  /* in walk.entries */
+	const char *path; /* the entry's: it outlives the workers */
+};
+
+struct job {
+	struct job_file f[JOB_FILES];
+	size_t n;
+	uint64_t bytes;
+};
+
+struct result {
+	size_t entry;
+	struct st_id *chunks;
+	size_t n_chunks;
+	uint64_t size;
+};
+
+struct worker {
+	struct pool *p;
+	pthread_t tid;
+	bool started;
+	struct chunk_sink sink;
+	struct result *res; /* the files it read */
+	size_t n_res, cap_res;
+};
+
+struct pool {
+	struct walk *w;
+	struct job cur; /* the walker's batch being filled */
+	pthread_mutex_t lock; /* the queue, done, failed, err */
+	pthread_cond_t more, room;
+	struct job *ring;
+	size_t cap, head, n;
+	bool done;   /* no more jobs will come */
+	bool failed; /* also read without the lock (atomically) to stop early */
+	struct al_error err; /* the first error */
+	struct worker *workers;
+	size_t n_workers;
 };
 
 static int64_t ts_ns(struct timespec t)
@@ -589,6 +661,7 @@ static int add_entry(struct walk *w, struct st_entry *e)
 	return 0;
 }
 
+
 static int push_chunk(struct st_entry *e, size_t *cap, const struct st_id *id)
 {
 	if (e->n_chunks == *cap) {
@@ -603,8 +676,9 @@ static int push_chunk(struct st_entry *e, size_t *cap, const struct st_id *id)
 	return 0;
 }
 
-/* Reads a regular file in content-defined chunks into the store. */
-static int read_file(struct walk *w, int fd, const char *path, struct st_entry *e,
+/* Reads a regular file in content-defined chunks into the store: sets
+ * e's size and chunks. */
+static int read_file(struct chunk_sink *s, int fd, const char *path, struct st_entry *e,
 		     struct al_error *err)
 {
 	size_t have = 0, cap = 0;
@@ -612,7 +686,9 @@ static int read_file(struct walk *w, int fd, const char *path, struct st_entry *
 	uint64_t total = 0;
 	for (;;) {
 		while (!eof && have < 2 * ST_CDC_MAX) {
-			ssize_t n = read(fd, w->buf + have, 2 * ST_CDC_MAX - have);
+			if (s->stop && __atomic_load_n(s->stop, __ATOMIC_RELAXED))
+				return -ECANCELED;
+			ssize_t n = read(fd, s->buf + have, 2 * ST_CDC_MAX - have);
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n < 0)
@@ -623,17 +699,18 @@ static int read_file(struct walk *w, int fd, const char *path, struct st_entry *
 		}
 		size_t off = 0;
 		while (off < have) {
-			size_t cut = st_cdc_cut(w->buf + off, have - off, eof);
+			size_t cut = st_cdc_cut(s->buf + off, have - off, eof);
 			if (cut == 0)
 				break;
 			struct st_id id;
 			bool fresh = false;
-			int rc = st_cas_put(w->r->cas, w->buf + off, cut, &id, &fresh, err);
+			int rc = s->cw ? st_cas_put_shared(s->cw, s->buf + off, cut, &id, &fresh, err)
+				       : st_cas_put(s->cas, s->buf + off, cut, &id, &fresh, err);
 			if (rc < 0)
 				return rc;
 			if (fresh) {
-				w->res->chunks_new++;
-				w->res->bytes_new += cut;
+				s->chunks_new++;
+				s->bytes_new += cut;
 			}
 			rc = push_chunk(e, &cap, &id);
 			if (rc < 0)
@@ -641,17 +718,230 @@ static int read_file(struct walk *w, int fd, const char *path, struct st_entry *
 			off += cut;
 			total += cut;
 		}
-		memmove(w->buf, w->buf + off, have - off);
+		memmove(s->buf, s->buf + off, have - off);
 		have -= off;
 		if (eof && have == 0)
 			break;
 	}
 	e->size = total;
+	s->bytes += total;
 	return 0;
 }
 
+/* ---- the workers ---- */
+
+/* Records the first error; the others are consequences. */
+static void pool_fail_locked(struct pool *p, const struct al_error *e, int rc)
+{
+	if (p->failed)
+		return;
+	__atomic_store_n(&p->failed, true, __ATOMIC_RELAXED);
+	al_error_set(&p->err, rc, "%s", al_error_message(e));
+	pthread_cond_broadcast(&p->room);
+	pthread_cond_broadcast(&p->more);
+}
+
+static void job_close(struct job *j, size_t from)
+{
+	for (size_t i = from; i < j->n; i++)
+		close(j->f[i].fd);
+	j->n = 0;
+	j->bytes = 0;
+}
+
+/* Reads one file of a batch; its result stays with the worker. */
+static int work_file(struct worker *wk, const struct job_file *f, struct al_error *err)
+{
+	if (wk->n_res == wk->cap_res) {
+		size_t nc = wk->cap_res ? wk->cap_res * 2 : 256;
+		struct result *nr = realloc(wk->res, nc * sizeof(*nr));
+		if (!nr)
+			return al_error_set(err, -ENOMEM, "out of memory");
+		wk->res = nr;
+		wk->cap_res = nc;
+	}
+	struct st_entry got = { 0 };
+	int rc = read_file(&wk->sink, f->fd, f->path, &got, err);
+	if (rc < 0) {
+		free(got.chunks);
+		return rc;
+	}
+	wk->res[wk->n_res++] = (struct result){ .entry = f->entry, .chunks = got.chunks,
+						 .n_chunks = got.n_chunks, .size = got.size };
+	return 0;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *wk = arg;
+	struct pool *p = wk->p;
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->failed && !p->done && p->n == 0)
+			pthread_cond_wait(&p->more, &p->lock);
+		if (p->failed || p->n == 0)
+			break;
+		struct job job = p->ring[p->head];
+		p->head = (p->head + 1) % p->cap;
+		p->n--;
+		pthread_cond_signal(&p->room);
+		pthread_mutex_unlock(&p->lock);
+
+		struct al_error e = { 0 };
+		int rc = 0;
+		size_t i;
+		for (i = 0; i < job.n && rc == 0; i++) {
+			rc = work_file(wk, &job.f[i], &e);
+			close(job.f[i].fd);
+		}
+		job_close(&job, i);
+
+		pthread_mutex_lock(&p->lock);
+		if (rc < 0) {
+			if (rc != -ECANCELED)
+				pool_fail_locked(p, &e, rc);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+/* Queues the walker's batch (its descriptors go with it, even on failure). */
+static int pool_submit(struct pool *p)
+{
+	if (p->cur.n == 0)
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	while (!p->failed && p->n == p->cap)
+		pthread_cond_wait(&p->room, &p->lock);
+	if (p->failed) {
+		pthread_mutex_unlock(&p->lock);
+		job_close(&p->cur, 0);
+		return -ECANCELED; /* the worker's error is the one reported */
+	}
+	p->ring[(p->head + p->n) % p->cap] = p->cur;
+	p->n++;
+	pthread_cond_signal(&p->more);
+	pthread_mutex_unlock(&p->lock);
+	p->cur.n = 0;
+	p->cur.bytes = 0;
+	return 0;
+}
+
+/* Adds an open file to the walker's batch (takes fd, even on failure). */
+static int pool_add(struct pool *p, int fd, size_t entry, const char *path, uint64_t size)
+{
+	p->cur.f[p->cur.n++] = (struct job_file){ .fd = fd, .entry = entry, .path = path };
+	p->cur.bytes += size;
+	if (p->cur.n < JOB_FILES && p->cur.bytes < JOB_BYTES)
+		return 0;
+	return pool_submit(p);
+}
+
+/* Waits for the workers, files their results in the walk's entries and
+ * frees the pool. rc: the walk's result (its error in err); returns the
+ * snapshot's, with the first error in err. */
+static int pool_finish(struct pool *p, int rc, struct al_error *err)
+{
+	if (!p)
+		return rc;
+	if (rc == 0)
+		rc = pool_submit(p);
+	job_close(&p->cur, 0);
+	pthread_mutex_lock(&p->lock);
+	bool walker_first = rc < 0 && !p->failed;
+	if (walker_first)
+		__atomic_store_n(&p->failed, true, __ATOMIC_RELAXED);
+	p->done = true;
+	pthread_cond_broadcast(&p->more);
+	pthread_mutex_unlock(&p->lock);
+	struct walk *w = p->w;
+	for (size_t i = 0; i < p->n_workers; i++) {
+		struct worker *wk = &p->workers[i];
+		if (wk->started)
+			pthread_join(wk->tid, NULL);
+		w->res->chunks_new += wk->sink.chunks_new;
+		w->res->bytes_new += wk->sink.bytes_new;
+		w->res->bytes += wk->sink.bytes;
+		for (size_t k = 0; k < wk->n_res; k++) {
+			const struct result *rs = &wk->res[k];
+			struct st_entry *e = &w->entries[rs->entry];
+			e->chunks = rs->chunks;
+			e->n_chunks = rs->n_chunks;
+			e->size = rs->size;
+		}
+		free(wk->res);
+		st_cas_writer_free(wk->sink.cw);
+		free(wk->sink.buf);
+	}
+	/* Batches nobody took (after a failure). */
+	for (; p->n > 0; p->n--, p->head = (p->head + 1) % p->cap)
+		job_close(&p->ring[p->head], 0);
+	if (p->failed && !walker_first)
+		rc = al_error_set(err, p->err.code, "%s", al_error_message(&p->err));
+	pthread_cond_destroy(&p->more);
+	pthread_cond_destroy(&p->room);
+	pthread_mutex_destroy(&p->lock);
+	free(p->workers);
+	free(p->ring);
+	free(p);
+	return rc;
+}
+
+static int pool_start(struct walk *w, unsigned n, struct pool **ret, struct al_error *err)
+{
+	struct pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return al_error_set(err, -ENOMEM, "out of memory");
+	p->w = w;
+	p->cap = 2 * (size_t)n;
+	p->ring = calloc(p->cap, sizeof(*p->ring));
+	p->workers = calloc(n, sizeof(*p->workers));
+	if (!p->ring || !p->workers) {
+		free(p->ring);
+		free(p->workers);
+		free(p);
+		return al_error_set(err, -ENOMEM, "out of memory");
+	}
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->more, NULL);
+	pthread_cond_init(&p->room, NULL);
+	p->n_workers = n;
+	int rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		struct worker *wk = &p->workers[i];
+		wk->p = p;
+		wk->sink.stop = &p->failed;
+		wk->sink.buf = malloc(2 * ST_CDC_MAX);
+		if (!wk->sink.buf)
+			rc = al_error_set(err, -ENOMEM, "out of memory");
+		if (rc == 0)
+			rc = st_cas_writer_new(w->r->cas, &wk->sink.cw, err);
+	}
+	/* Signals are the main thread's business. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		struct worker *wk = &p->workers[i];
+		int e = pthread_create(&wk->tid, NULL, worker_main, wk);
+		if (e != 0)
+			rc = al_error_set_errno(err, -e, "cannot start a snapshot thread");
+		else
+			wk->started = true;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc < 0)
+		return pool_finish(p, rc, err);
+	*ret = p;
+	return 0;
+}
+
+/* Reads the file, or with workers opens it and hands *ret_fd back (else
+ * -1) to be queued once its entry is in place. */
 static int snap_file(struct walk *w, int dirfd, const char *name, const char *path,
-		     const struct stat *st, struct st_entry *e, struct al_error *err)
+		     const struct stat *st, struct st_entry *e, int *ret_fd, struct al_error *err)
 {
 	e->type = ST_FILE;
 	const struct st_entry *old = manifest_find(w->prev, path);
@@ -666,7 +956,8 @@ static int snap_file(struct walk *w, int dirfd, const char *name, const char *pa
 	    mt < w->sc.start_ns - RACY_NS && ct < w->sc.start_ns - RACY_NS) {
 		bool all = true;
 		for (size_t i = 0; i < old->n_chunks && all; i++)
-			all = st_cas_has(w->r->cas, &old->chunks[i]);
+			all = w->pool ? st_cas_has_shared(w->r->cas, &old->chunks[i])
+				      : st_cas_has(w->r->cas, &old->chunks[i]);
 		if (all) {
 			e->size = old->size;
 			e->n_chunks = old->n_chunks;
@@ -690,7 +981,11 @@ static int snap_file(struct walk *w, int dirfd, const char *name, const char *pa
 	if (fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode) || fst.st_ino != st->st_ino)
 		return al_error_set(err, -EAGAIN, "%s changed while being read", path);
 	w->res->files_read++;
-	return read_file(w, fd, path, e, err);
+	if (w->pool) {
+		*ret_fd = TAKE_FD(fd);
+		return 0;
+	}
+	return read_file(&w->sink, fd, path, e, err);
 }
 
 static int cache_line(struct walk *w, const struct stat *st, const char *path)
@@ -799,6 +1094,7 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 			break;
 		}
 		struct stat st;
+		_cleanup_close_ int fd = -1; /* a file for the workers */
 		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			rc = al_error_set_errno(err, -errno, "cannot stat %s", path);
 			break;
@@ -825,7 +1121,7 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		if (S_ISDIR(st.st_mode)) {
 			e.type = ST_DIR;
 		} else if (S_ISREG(st.st_mode)) {
-			rc = snap_file(w, dirfd, name, path, &st, &e, err);
+			rc = snap_file(w, dirfd, name, path, &st, &e, &fd, err);
 			if (rc == 0)
 				rc = cache_line(w, &st, path) < 0 ? al_error_set(err, -ENOMEM, "out of memory") : 0;
 		} else if (S_ISLNK(st.st_mode)) {
@@ -860,6 +1156,11 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 			free(e.chunks);
 			rc = al_error_set(err, -ENOMEM, "out of memory");
 			break;
+		}
+		if (fd >= 0) {
+			rc = pool_add(w->pool, TAKE_FD(fd), w->n - 1, e.path, (uint64_t)st.st_size);
+			if (rc < 0)
+				break;
 		}
 		if (e.type == ST_DIR) {
 			w->res->dirs++;
@@ -1091,6 +1392,15 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	if (!session_valid(o->session))
 		return al_error_set(err, -EINVAL, "session '%s': expected 1 to %d of [a-z0-9._-]",
 				    o->session, ST_SESSION_MAX);
+	if (o->threads > ST_THREADS_MAX)
+		return al_error_set(err, -EINVAL, "%u snapshot threads: at most %d", o->threads,
+				    ST_THREADS_MAX);
+	unsigned threads = o->threads;
+	if (threads == 0) {
+		int trc = st_threads(&threads, err);
+		if (trc < 0)
+			return trc;
+	}
 	/* Held until the last reference is written: GC waits (store/gc.h). */
 	_cleanup_close_ int lock = -1;
 	int lrc = st_repo_lock_writer(r, &lock, err);
@@ -1141,9 +1451,14 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	statcache_load(r, o->session, &w.sc);
 	w.sc_valid = prev && w.sc.n && w.sc.dev == (uint64_t)rst.st_dev &&
 		     w.sc.root_ino == (uint64_t)rst.st_ino;
-	w.buf = malloc(2 * ST_CDC_MAX);
-	if (!w.buf)
-		rc = al_error_set(err, -ENOMEM, "out of memory");
+	if (threads > 1) {
+		rc = pool_start(&w, threads, &w.pool, err);
+	} else {
+		w.sink.cas = r->cas;
+		w.sink.buf = malloc(2 * ST_CDC_MAX);
+		if (!w.sink.buf)
+			rc = al_error_set(err, -ENOMEM, "out of memory");
+	}
 	if (rc == 0)
 		rc = buf_appendf(&w.cache, "airlock-statcache 1 %" PRIu64 " %" PRIu64 " %" PRId64 "\n",
 				 (uint64_t)rst.st_dev, (uint64_t)rst.st_ino, ts_ns(now)) < 0
@@ -1151,7 +1466,11 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 			     : 0;
 	if (rc == 0)
 		rc = walk_dir(&w, root, "", 1, err);
-	free(w.buf);
+	/* Every thread is gone before anything is committed. */
+	rc = pool_finish(TAKE_PTR(w.pool), rc, err);
+	ret->chunks_new += w.sink.chunks_new;
+	ret->bytes_new += w.sink.bytes_new; /* its files' sizes are counted by the walk */
+	free(w.sink.buf);
 	statcache_free(&w.sc);
 
 	if (rc == 0 && layer) {
@@ -1432,12 +1751,9 @@ static int restore_all_files(struct st_repo *r, int root, const struct st_manife
 }
 
 static int restore_entries(struct st_repo *r, int root, const struct st_manifest *m,
-			   struct al_error *err)
+			   unsigned threads, struct al_error *err)
 {
-	unsigned threads;
-	int rc = st_threads(&threads, err);
-	if (rc < 0)
-		return rc;
+	int rc = 0;
 	/* Directories and symlinks first, in order (a parent before what is
 	 * in it), then the files, on every core. */
 	for (size_t i = 0; i < m->n_entries; i++) {
@@ -1490,8 +1806,12 @@ static int restore_entries(struct st_repo *r, int root, const struct st_manifest
 int st_restore(struct st_repo *r, const char *id, const char *dir,
 	       const struct st_manifest_limits *limits, struct al_error *err)
 {
+	unsigned threads;
+	int rc = st_threads(&threads, err);
+	if (rc < 0)
+		return rc;
 	struct st_manifest *m = NULL;
-	int rc = st_manifest_load(r, id, limits, &m, err);
+	rc = st_manifest_load(r, id, limits, &m, err);
 	if (rc < 0)
 		return rc;
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
@@ -1511,7 +1831,7 @@ int st_restore(struct st_repo *r, const char *id, const char *dir,
 		return empty < 0 ? al_error_set_errno(err, empty, "%s", dir)
 				 : al_error_set(err, -ENOTEMPTY, "%s is not empty", dir);
 	}
-	rc = restore_entries(r, root, m, err);
+	rc = restore_entries(r, root, m, threads, err);
 	st_manifest_free(m);
 	if (rc < 0)
 		remove_below(root); /* never a partial success */

@@ -53,6 +53,10 @@ struct st_snapshot_opts {
 	 * mode bit dropped (setuid, setgid, sticky); may be NULL. */
 	void (*report)(const char *path, const char *what, void *ud);
 	void *ud;
+	/* Threads that read, hash and compress files while this one walks:
+	 * 0 for st_threads(); 1 for none (this thread does it all); at most
+	 * ST_THREADS_MAX. The checkpoint is the same whatever the number. */
+	unsigned threads;
 };
 
 struct st_snapshot_result {
@@ -93,9 +97,11 @@ const char *st_repo_tenant(const struct st_repo *r);
  */
 int st_repo_lock_writer(struct st_repo *r, int *ret_fd, struct al_error *err);
 
-/* Threads a snapshot or restore uses: $AIRLOCK_STORE_THREADS (1 to
- * ST_THREADS_MAX) or one per online CPU (at most ST_THREADS_MAX). */
-#define ST_THREADS_MAX 64
+/* Threads a snapshot or restore uses by default: $AIRLOCK_STORE_THREADS
+ * (1 to ST_THREADS_MAX; for comparisons and small machines) or one per
+ * online CPU (at most ST_THREADS_DEFAULT_MAX). */
+#define ST_THREADS_MAX 256
+#define ST_THREADS_DEFAULT_MAX 32
 int st_threads(unsigned *ret, struct al_error *err);
 
 /* Restores checkpoint id into dir (created if absent; must be empty). On

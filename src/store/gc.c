@@ -406,7 +406,12 @@ static int mark_pass(struct gc *g, int pass, char (**rescue)[ST_ID_HEX + 1], siz
 			char why[AL_ERROR_MSG_MAX];
 			snprintf(why, sizeof(why), "%s", al_error_message(g->err));
 			al_error_clear(g->err);
-			return al_error_set(g->err, rc, "gc: nothing deleted: %s", why);
+			/* The parser's reasons (not authentic, a bad line) do not
+			 * say which of the many manifests it was. */
+			if (strstr(why, id))
+				return al_error_set(g->err, rc, "gc: nothing deleted: %s", why);
+			return al_error_set(g->err, rc, "gc: nothing deleted: checkpoint %s: %s",
+					    id, why);
 		}
 		for (size_t j = 0; rc == 0 && j < m->n_entries; j++)
 			for (size_t k = 0; rc == 0 && k < m->entries[j].n_chunks; k++)

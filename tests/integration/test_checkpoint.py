@@ -313,3 +313,103 @@ def test_crash_at_every_step_leaves_store_consistent(store, tmp_path):
     out = tmp_path / "final"
     store("restore", second, "--to", str(out), check=True)
     assert tree(out) == {k: v for k, v in tree(ws).items()}
+
+
+def same_but_created(store_a, cid_a, store_b, cid_b):
+    """Whether checkpoint b is checkpoint a but for its creation time: b's
+    manifest with a's time, signed again, must hash to a's id."""
+    body_a = store_a.manifest(cid_a).rsplit(b"hmac ", 1)[0]
+    body_b = store_b.manifest(cid_b).rsplit(b"hmac ", 1)[0]
+    created = re.search(rb"^created \d+$", body_a, re.M).group(0)
+    body_b = re.sub(rb"^created \d+$", created, body_b, count=1, flags=re.M)
+    return hashlib.sha256(store_a.sign(body_b)).hexdigest() == cid_a
+
+
+def test_thread_count_does_not_change_the_checkpoint(store, tmp_path):
+    ws = tmp_path / "ws"
+    make_workspace(ws)
+    # Many files sharing content (workers race to store the same new chunk),
+    # multi-chunk files, and more than one 32 MiB pack (sealed by workers).
+    shared = secrets.token_bytes(70_000)
+    for i in range(300):
+        d = ws / "many" / f"d{i % 7}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"f{i}").write_bytes(shared if i % 3 == 0 else secrets.token_bytes(i * 37))
+    for i in range(10):
+        (ws / f"big{i}").write_bytes(os.urandom(4_500_000))
+    (ws / "big-copy").write_bytes((ws / "big3").read_bytes())
+    other = Store(tmp_path / "other")
+    other.dir.parent.mkdir()
+    one, err1 = store.create(ws, env={"AIRLOCK_STORE_THREADS": "1"})
+    other.key.write_bytes(store.key.read_bytes())
+    os.chmod(other.key, 0o600)
+    four, err4 = other.create(ws, env={"AIRLOCK_STORE_THREADS": "4"})
+    # Same counts (new chunks and bytes are exact whoever stored them) ...
+    assert err1 == err4, (err1, err4)
+    # ... and the same checkpoint, but for the time in it.
+    assert same_but_created(store, one, other, four)
+    assert len(list((other.dir / "tenants" / "default" / "packs").iterdir())) >= 2
+    # Restores on one thread and on several give the same tree.
+    want = tree(ws)
+    for threads in ("1", "3"):
+        out = tmp_path / f"out-{threads}"
+        other("restore", four, "--to", str(out), check=True,
+              env={"AIRLOCK_STORE_THREADS": threads})
+        assert tree(out) == want, threads
+    for bad in ("0", "x", "257"):
+        p = store("create", "--workspace", str(ws), env={"AIRLOCK_STORE_THREADS": bad})
+        assert p.returncode == 125 and b"AIRLOCK_STORE_THREADS" in p.stderr, p
+        p = store("restore", one, "--to", str(tmp_path / "never"),
+                  env={"AIRLOCK_STORE_THREADS": bad})
+        assert p.returncode == 125 and b"AIRLOCK_STORE_THREADS" in p.stderr, p
+        assert not (tmp_path / "never").exists()
+
+
+def test_worker_read_error_stops_the_snapshot(store, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "d").mkdir()
+    for i in range(200):
+        (ws / "d" / f"f{i:03}").write_bytes(secrets.token_bytes(20_000))
+    first, _ = store.create(ws)
+    manifests = set(os.listdir(store.dir / "tenants" / "default" / "manifests"))
+    # A regular file (to stat and open) whose reads fail: the process's own
+    # /proc/PID/mem bound over it (in a mount namespace of its own), read
+    # from address 0, fails with EIO in whichever worker gets it.
+    bad = ws / "d" / "f100-bad"
+    bad.write_bytes(b"")
+    for threads in ("4", "1"):
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "AIRLOCK_STORE_DIR": str(store.dir),
+               "AIRLOCK_CHECKPOINT_KEY": str(store.key), "AIRLOCK_STORE_THREADS": threads}
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS"):
+            if k in os.environ:
+                env[k] = os.environ[k]
+        p = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c",
+             'mount --bind "/proc/$$/mem" "$1" && exec "$2" checkpoint create --workspace "$3"',
+             "sh", str(bad), store.bin, str(ws)],
+            capture_output=True, timeout=120, env=env)
+        assert p.returncode == 125, p
+        assert p.stderr.decode().strip() == \
+            "airlock: cannot read d/f100-bad: Input/output error", p
+        assert store("latest", check=True).stdout.decode().strip() == first
+        assert set(os.listdir(store.dir / "tenants" / "default" / "manifests")) == manifests
+
+
+def test_worker_pack_write_error_stops_the_snapshot(store, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "small").write_bytes(b"1")
+    first, _ = store.create(ws)
+    # More than a pack's worth (32 MiB) of new data: a worker seals a pack
+    # mid-walk, and the store refuses it (a symlink in the key's path).
+    for i in range(9):
+        (ws / f"big{i}").write_bytes(os.urandom(4_500_000))
+    tenant = store.dir / "tenants" / "default"
+    (tenant / "packs").rename(tenant / "packs.real")
+    os.symlink("packs.real", tenant / "packs")
+    for threads in ("4", "1"):
+        p = store("create", "--workspace", str(ws), env={"AIRLOCK_STORE_THREADS": threads})
+        assert p.returncode == 125, p
+        assert len(p.stderr.splitlines()) == 1 and b"symlink" in p.stderr, p
+        assert store("latest", check=True).stdout.decode().strip() == first

@@ -5,13 +5,20 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <linux/openat2.h>
+#include <seccomp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "store/objstore.h"
@@ -451,6 +458,386 @@ static void test_symlinks_not_followed(void **state)
 	st_objstore_close(s);
 }
 
+/* ---- the walk for kernels without openat2 ----
+ *
+ * A child process makes openat2 fail with ENOSYS (a seccomp filter, as on
+ * kernels before 5.6), then runs every operation, on keys fine and bad and
+ * through planted symlinks. cmocka's asserts cannot cross fork, so the child
+ * writes the first failed check to a pipe and exits 1; the parent asserts.
+ */
+
+static int child_report = -1;
+
+static void child_fail(int line, const char *what, const struct al_error *err)
+{
+	char msg[768];
+	int n = snprintf(msg, sizeof(msg), "line %d: %s%s%s", line, what,
+			 err && err->code ? "; last error: " : "",
+			 err && err->code ? al_error_message(err) : "");
+	if (n > 0)
+		(void)!write(child_report, msg,
+			     (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+	_exit(1);
+}
+
+/* err is cleared after each refusal: al_error_set keeps the first reason, and
+ * a message checked must be the one the call under test set. */
+#define CHILD_CHECK(cond)                                  \
+	do {                                               \
+		if (!(cond))                               \
+			child_fail(__LINE__, #cond, &err); \
+	} while (0)
+
+static bool file_is(const char *path, const char *want)
+{
+	char buf[64];
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof(buf));
+	close(fd);
+	return n == (ssize_t)strlen(want) && memcmp(buf, want, (size_t)n) == 0;
+}
+
+static bool absent(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) < 0 && errno == ENOENT;
+}
+
+static bool make_file(const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return false;
+	bool ok = write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+	return close(fd) == 0 && ok;
+}
+
+/* Entries of dir, "." and ".." aside; -1 when it cannot be read. */
+static int count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		n += strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+	closedir(d);
+	return n;
+}
+
+static bool obj_is(struct st_objstore *s, const char *key, const char *want, struct al_error *err)
+{
+	void *data = NULL;
+	size_t len = 0;
+	if (st_obj_get(s, key, 1 << 20, &data, &len, err) < 0)
+		return false;
+	bool ok = len == strlen(want) && memcmp(data, want, len) == 0;
+	free(data);
+	return ok;
+}
+
+/* Any data returned (a followed link) is a failure, whatever the code. */
+static bool get_refused(struct st_objstore *s, const char *key, struct al_error *err)
+{
+	void *data = NULL;
+	size_t len = 0;
+	int r = st_obj_get(s, key, 1 << 20, &data, &len, err);
+	free(data);
+	return r < 0 && data == NULL;
+}
+
+static bool get_range_refused(struct st_objstore *s, const char *key, struct al_error *err)
+{
+	char buf[6] = { 0 };
+	int r = st_obj_get_range(s, key, 0, sizeof(buf), buf, err);
+	return r < 0 && memcmp(buf, "secret", 6) != 0;
+}
+
+/* The message of a refusal names the key and the symlink, as with openat2. */
+static bool says_symlink(const struct al_error *err, const char *key)
+{
+	return strstr(err->msg, key) && strstr(err->msg, "symlink");
+}
+
+static void fallback_ops(void)
+{
+	struct al_error err = { 0 };
+	char path[256], link[256], outside[128];
+
+	/* The filter is in place: every resolution below takes the walk. */
+	struct open_how how = { .flags = O_RDONLY | O_CLOEXEC };
+	errno = 0;
+	long fd = syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof(how));
+	CHILD_CHECK(fd == -1 && errno == ENOSYS);
+
+	struct st_objstore *s = NULL;
+	CHILD_CHECK(st_objstore_open_dir(root, &s, &err) == 0);
+
+	/* put, get, get_range, exists, list, del on plain keys. */
+	CHILD_CHECK(st_obj_put(s, "tenants/t/packs/a", "hello", 5, &err) == 0);
+	CHILD_CHECK(obj_is(s, "tenants/t/packs/a", "hello", &err));
+	CHILD_CHECK(st_obj_put(s, "tenants/t/packs/a", "hello again", 11, &err) == 0);
+	CHILD_CHECK(obj_is(s, "tenants/t/packs/a", "hello again", &err));
+	CHILD_CHECK(st_obj_put(s, "tenants/t/deep/er/still/b", "deep", 4, &err) == 0);
+	CHILD_CHECK(obj_is(s, "tenants/t/deep/er/still/b", "deep", &err));
+	CHILD_CHECK(st_obj_put(s, "tenants/t/empty", "", 0, &err) == 0);
+	CHILD_CHECK(obj_is(s, "tenants/t/empty", "", &err));
+	char buf[8] = { 0 };
+	CHILD_CHECK(st_obj_get_range(s, "tenants/t/packs/a", 6, 5, buf, &err) == 0);
+	CHILD_CHECK(memcmp(buf, "again", 5) == 0);
+	CHILD_CHECK(st_obj_get_range(s, "tenants/t/packs/a", 7, 5, buf, &err) == -EIO);
+	al_error_clear(&err);
+	void *data = NULL;
+	size_t len = 0;
+	CHILD_CHECK(st_obj_get(s, "tenants/t/packs/a", 4, &data, &len, &err) == -EFBIG);
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_get(s, "tenants/t/nope", 10, &data, &len, &err) == -ENOENT);
+	CHILD_CHECK(strstr(err.msg, "tenants/t/nope"));
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_get(s, "tenants/t/packs", 10, &data, &len, &err) == -EINVAL);
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_exists(s, "tenants/t/packs/a", &err) == 1);
+	CHILD_CHECK(st_obj_exists(s, "tenants/t/packs/z", &err) == 0);
+	CHILD_CHECK(st_obj_exists(s, "tenants/zz/packs/z", &err) == 0);
+	CHILD_CHECK(st_obj_exists(s, "tenants/t/packs", &err) == 0);
+	CHILD_CHECK(st_obj_exists(s, "tenants/t/packs/a/b", &err) == 0);
+	CHILD_CHECK(st_obj_put(s, "tenants/t/packs/a/under", "x", 1, &err) < 0);
+	al_error_clear(&err);
+	snprintf(path, sizeof(path), "%s/tenants/t/packs/fifo", root);
+	CHILD_CHECK(mkfifo(path, 0600) == 0);
+	CHILD_CHECK(st_obj_get(s, "tenants/t/packs/fifo", 10, &data, &len, &err) == -EINVAL);
+	al_error_clear(&err);
+	struct seen seen = { 0 };
+	CHILD_CHECK(st_obj_list(s, "tenants/t/", collect, &seen, &err) == 0);
+	CHILD_CHECK(seen.n == 3 && seen_has(&seen, "tenants/t/packs/a") &&
+		    seen_has(&seen, "tenants/t/deep/er/still/b") &&
+		    seen_has(&seen, "tenants/t/empty"));
+	memset(&seen, 0, sizeof(seen));
+	CHILD_CHECK(st_obj_list(s, "tenants/none/", collect, &seen, &err) == 0 && seen.n == 0);
+	CHILD_CHECK(st_obj_del(s, "tenants/t/packs/a", &err) == 0);
+	CHILD_CHECK(st_obj_exists(s, "tenants/t/packs/a", &err) == 0);
+	CHILD_CHECK(st_obj_del(s, "tenants/t/packs/a", &err) == 0);
+	CHILD_CHECK(st_obj_del(s, "tenants/nobody/x/y", &err) == 0);
+
+	/* Bad keys and prefixes are refused before anything is resolved. */
+	static const char *const bad[] = { "tenants/t/../../etc/passwd",
+					   "/etc/passwd",
+					   "tenants/t/.",
+					   "tenants/t//x",
+					   "tenants/../x",
+					   "tenants/t/.tmp#00" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHILD_CHECK(st_obj_put(s, bad[i], "x", 1, &err) == -EINVAL);
+		CHILD_CHECK(st_obj_get(s, bad[i], 10, &data, &len, &err) == -EINVAL);
+		CHILD_CHECK(st_obj_get_range(s, bad[i], 0, 1, buf, &err) == -EINVAL);
+		CHILD_CHECK(st_obj_exists(s, bad[i], &err) == -EINVAL);
+		CHILD_CHECK(st_obj_del(s, bad[i], &err) == -EINVAL);
+		al_error_clear(&err);
+	}
+	CHILD_CHECK(st_obj_list(s, "tenants/../", collect, &seen, &err) == -EINVAL);
+	al_error_clear(&err);
+
+	/* The lock: shared beside shared, exclusive alone. */
+	int l1 = -1, l2 = -1;
+	CHILD_CHECK(st_objstore_lock(s, false, &l1, &err) == 0);
+	CHILD_CHECK(st_objstore_lock(s, false, &l2, &err) == 0);
+	snprintf(path, sizeof(path), "%s/.lock", root);
+	int probe = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	CHILD_CHECK(probe >= 0);
+	CHILD_CHECK(flock(probe, LOCK_EX | LOCK_NB) < 0 && errno == EWOULDBLOCK);
+	close(l1);
+	close(l2);
+	CHILD_CHECK(st_objstore_lock(s, true, &l1, &err) == 0);
+	CHILD_CHECK(flock(probe, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK);
+	close(l1);
+	CHILD_CHECK(flock(probe, LOCK_SH | LOCK_NB) == 0);
+	close(probe);
+
+	/* Symlinks planted in the store, to a directory outside holding a secret. */
+	snprintf(outside, sizeof(outside), "%s/outside", tmpdir);
+	CHILD_CHECK(mkdir(outside, 0700) == 0);
+	snprintf(path, sizeof(path), "%s/secret", outside);
+	CHILD_CHECK(make_file(path, "secret"));
+	snprintf(path, sizeof(path), "%s/sub", outside);
+	CHILD_CHECK(mkdir(path, 0700) == 0);
+	snprintf(path, sizeof(path), "%s/sub/secret", outside);
+	CHILD_CHECK(make_file(path, "secret"));
+	CHILD_CHECK(st_obj_put(s, "tenants/s/index/x", "1", 1, &err) == 0);
+
+	/* A directory on the way: tenants/s/packs -> outside. */
+	snprintf(link, sizeof(link), "%s/tenants/s/packs", root);
+	CHILD_CHECK(symlink(outside, link) == 0);
+	CHILD_CHECK(get_refused(s, "tenants/s/packs/secret", &err));
+	CHILD_CHECK(says_symlink(&err, "tenants/s/packs/secret"));
+	al_error_clear(&err);
+	CHILD_CHECK(get_range_refused(s, "tenants/s/packs/secret", &err));
+	CHILD_CHECK(says_symlink(&err, "tenants/s/packs/secret"));
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_exists(s, "tenants/s/packs/secret", &err) < 0);
+	CHILD_CHECK(says_symlink(&err, "tenants/s/packs/secret"));
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_put(s, "tenants/s/packs/new", "x", 1, &err) < 0);
+	CHILD_CHECK(says_symlink(&err, "tenants/s/packs/new"));
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_put(s, "tenants/s/packs/sub/new", "x", 1, &err) < 0);
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_del(s, "tenants/s/packs/secret", &err) < 0);
+	CHILD_CHECK(says_symlink(&err, "tenants/s/packs/secret"));
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_del(s, "tenants/s/packs/sub/secret", &err) < 0);
+	al_error_clear(&err);
+	memset(&seen, 0, sizeof(seen));
+	CHILD_CHECK(st_obj_list(s, "tenants/s/packs/", collect, &seen, &err) < 0 && seen.n == 0);
+	CHILD_CHECK(says_symlink(&err, "tenants/s/packs/"));
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_list(s, "tenants/s/packs/sub/", collect, &seen, &err) < 0 &&
+		    seen.n == 0);
+	al_error_clear(&err);
+	/* A walk of the tenant skips the link rather than entering it. */
+	CHILD_CHECK(st_obj_list(s, "tenants/s/", collect, &seen, &err) == 0);
+	CHILD_CHECK(seen.n == 1 && strcmp(seen.keys[0], "tenants/s/index/x") == 0);
+
+	/* A deeper one: tenants/s/index/deep -> outside. */
+	snprintf(link, sizeof(link), "%s/tenants/s/index/deep", root);
+	CHILD_CHECK(symlink(outside, link) == 0);
+	CHILD_CHECK(get_refused(s, "tenants/s/index/deep/sub/secret", &err));
+	CHILD_CHECK(says_symlink(&err, "tenants/s/index/deep/sub/secret"));
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_put(s, "tenants/s/index/deep/sub/new", "x", 1, &err) < 0);
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_del(s, "tenants/s/index/deep/sub/secret", &err) < 0);
+	al_error_clear(&err);
+
+	/* A dangling one: nothing is created where it points. */
+	snprintf(link, sizeof(link), "%s/tenants/s/dangling", root);
+	snprintf(path, sizeof(path), "%s/made", outside);
+	CHILD_CHECK(symlink(path, link) == 0);
+	CHILD_CHECK(st_obj_put(s, "tenants/s/dangling/x", "x", 1, &err) < 0);
+	al_error_clear(&err);
+	CHILD_CHECK(absent(path));
+
+	/* The last component: tenants/s/index/evil -> outside/secret. */
+	snprintf(link, sizeof(link), "%s/tenants/s/index/evil", root);
+	snprintf(path, sizeof(path), "%s/secret", outside);
+	CHILD_CHECK(symlink(path, link) == 0);
+	CHILD_CHECK(get_refused(s, "tenants/s/index/evil", &err));
+	CHILD_CHECK(says_symlink(&err, "tenants/s/index/evil"));
+	al_error_clear(&err);
+	CHILD_CHECK(get_range_refused(s, "tenants/s/index/evil", &err));
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_exists(s, "tenants/s/index/evil", &err) < 0);
+	CHILD_CHECK(says_symlink(&err, "tenants/s/index/evil"));
+	al_error_clear(&err);
+	memset(&seen, 0, sizeof(seen));
+	CHILD_CHECK(st_obj_list(s, "tenants/s/index/", collect, &seen, &err) == 0);
+	CHILD_CHECK(seen.n == 1 && strcmp(seen.keys[0], "tenants/s/index/x") == 0);
+	/* put replaces the link itself (rename); del removes a link, not its target. */
+	CHILD_CHECK(st_obj_put(s, "tenants/s/index/evil", "mine", 4, &err) == 0);
+	CHILD_CHECK(obj_is(s, "tenants/s/index/evil", "mine", &err));
+	CHILD_CHECK(unlink(link) == 0 && symlink(path, link) == 0);
+	CHILD_CHECK(st_obj_del(s, "tenants/s/index/evil", &err) == 0);
+	CHILD_CHECK(absent(link));
+
+	/* A symlinked tenant directory: tenants/v -> outside. */
+	snprintf(link, sizeof(link), "%s/tenants/v", root);
+	CHILD_CHECK(symlink(outside, link) == 0);
+	CHILD_CHECK(get_refused(s, "tenants/v/secret", &err));
+	al_error_clear(&err);
+	CHILD_CHECK(get_range_refused(s, "tenants/v/sub/secret", &err));
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_exists(s, "tenants/v/secret", &err) < 0);
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_put(s, "tenants/v/secret", "x", 1, &err) < 0);
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_put(s, "tenants/v/packs/x", "x", 1, &err) < 0);
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_del(s, "tenants/v/secret", &err) < 0);
+	al_error_clear(&err);
+	memset(&seen, 0, sizeof(seen));
+	CHILD_CHECK(st_obj_list(s, "tenants/v/", collect, &seen, &err) < 0 && seen.n == 0);
+	al_error_clear(&err);
+	st_objstore_close(s);
+
+	/* A second store whose "tenants" and ".lock" are links out. */
+	char root2[160];
+	snprintf(root2, sizeof(root2), "%s/store2", tmpdir);
+	CHILD_CHECK(mkdir(root2, 0700) == 0);
+	snprintf(link, sizeof(link), "%s/tenants", root2);
+	CHILD_CHECK(symlink(outside, link) == 0);
+	snprintf(link, sizeof(link), "%s/.lock", root2);
+	snprintf(path, sizeof(path), "%s/lock-target", outside);
+	CHILD_CHECK(symlink(path, link) == 0);
+	CHILD_CHECK(st_objstore_open_dir(root2, &s, &err) == 0);
+	CHILD_CHECK(get_refused(s, "tenants/sub/secret", &err));
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_exists(s, "tenants/sub/secret", &err) < 0);
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_put(s, "tenants/t/x", "x", 1, &err) < 0);
+	al_error_clear(&err);
+	CHILD_CHECK(st_obj_del(s, "tenants/sub/secret", &err) < 0);
+	al_error_clear(&err);
+	memset(&seen, 0, sizeof(seen));
+	CHILD_CHECK(st_obj_list(s, "tenants/", collect, &seen, &err) < 0 && seen.n == 0);
+	al_error_clear(&err);
+	l1 = -1;
+	CHILD_CHECK(st_objstore_lock(s, true, &l1, &err) < 0 && l1 == -1);
+	al_error_clear(&err);
+	st_objstore_close(s);
+
+	/* Nothing outside was read, written, created or removed. */
+	snprintf(path, sizeof(path), "%s/secret", outside);
+	CHILD_CHECK(file_is(path, "secret"));
+	snprintf(path, sizeof(path), "%s/sub/secret", outside);
+	CHILD_CHECK(file_is(path, "secret"));
+	CHILD_CHECK(count_entries(outside) == 2); /* secret, sub */
+	snprintf(path, sizeof(path), "%s/sub", outside);
+	CHILD_CHECK(count_entries(path) == 1);
+}
+
+static void test_without_openat2(void **state)
+{
+	int p[2];
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		child_report = p[1];
+		struct al_error err = { 0 };
+		CHILD_CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+		scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+		CHILD_CHECK(ctx != NULL);
+		CHILD_CHECK(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0) ==
+			    0);
+		CHILD_CHECK(seccomp_load(ctx) == 0);
+		seccomp_release(ctx);
+		fallback_ops();
+		_exit(0);
+	}
+	close(p[1]);
+	char msg[768] = { 0 };
+	size_t got = 0;
+	for (;;) {
+		ssize_t n = read(p[0], msg + got, sizeof(msg) - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(p[0]);
+	int status = 0;
+	while (waitpid(pid, &status, 0) < 0)
+		assert_int_equal(errno, EINTR);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("without openat2 (status 0x%x): %s", (unsigned)status,
+			 got ? msg : "the child reported nothing");
+}
+
 static void test_root_checks(void **state)
 {
 	struct st_objstore *s = NULL;
@@ -501,6 +888,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_exists_del_list, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_symlinks_not_followed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_root_checks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_without_openat2, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
