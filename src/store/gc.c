@@ -360,6 +360,16 @@ static int mark(struct gc *g)
 	if (rc < 0)
 		return rc;
 	hex_sort(g->manifests, g->n_manifests);
+	/* A manifest no log entry and no latest names is dropped too: the
+	 * base of a delta that has gone since, or one a crash left before its
+	 * log entry (snapshots hold the lock shared until their last
+	 * reference is written, so none is in flight now). */
+	for (size_t i = 0; i < g->n_manifests; i++)
+		if (!hex_has(g->keep, g->n_keep, g->manifests[i]) &&
+		    !hex_has(g->drop, g->n_drop, g->manifests[i]) &&
+		    push_hex(&g->drop, &g->n_drop, &g->cap_drop, g->manifests[i]) < 0)
+			return al_error_set(g->err, -ENOMEM, "gc: out of memory");
+	hex_sort(g->drop, g->n_drop);
 	/* Twice over: the bases of the deltas that stay, should retention
 	 * have dropped them, are marked on the second pass. */
 	char (*rescue)[ST_ID_HEX + 1] = NULL;

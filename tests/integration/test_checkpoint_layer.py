@@ -311,6 +311,11 @@ def test_gc_keeps_the_base_of_a_delta_that_stays(store, layers, tmp_path):
     assert tree(out) == tree(lay.merged)
     # The dropped base is still whole (its chunks were kept with it).
     store("restore", base, "--to", str(tmp_path / "out-base"), check=True)
+    # Once no delta needs it, the base goes at the next GC (nothing names it).
+    store.create(ws, session="work")
+    store("gc", "--keep-last", "1", check=True)
+    assert not store.manifest_path(base).exists()
+    assert not store.manifest_path(cid).exists()
 
 
 def test_a_delta_grown_large_is_stored_whole(store, layers, tmp_path):
