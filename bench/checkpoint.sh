@@ -290,7 +290,7 @@ for r in $(seq "$rounds"); do
 		[ "$ph" = one ] || n=$n_pct
 		bounded 60 "$py" "$gen" change "$lay/merged" "r$r-$ph" "$n" "$lay/journal"
 		# shellcheck disable=SC2016 # expanded by the inner bash
-		timed "$r" "l$ph" airlock bash -c '"$1" checkpoint create --upper "$2" --lower "$3" --session layer --store "$4" --key "$5" >"$6" 2>"$7"' \
+		timed "$r" "l$ph" airlock bash -c '"$1" checkpoint create --upper "$2" --lower "$3" --store "$4" --key "$5" >"$6" 2>"$7"' \
 			_ "$airlock" "$lay/upper" "${ids[first]}" "$store" "$key" "$work/id.out" "$work/lcreate-$r-$ph.err"
 		lids[$ph]=$(cat "$work/id.out")
 		[ -n "${lids[$ph]}" ] || die "airlock checkpoint create --upper printed no id"

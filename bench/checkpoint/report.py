@@ -134,7 +134,7 @@ def main():
         "rounds": int(n),
         "commands": {
             "airlock_create": "airlock checkpoint create --workspace TREE --store STORE --key KEY (fresh store each round)",
-            "airlock_create_layered": "airlock checkpoint create --upper UPPER --lower FIRST --session layer "
+            "airlock_create_layered": "airlock checkpoint create --upper UPPER --lower FIRST (the session of the plain phases: its latest is a full manifest) "
                                       "(overlay: lower = the verified restore of FIRST; the same changes made through it)",
             "airlock_restore": "airlock checkpoint restore FIRST --to FRESH_DIR --store STORE --key KEY",
             "airlock_diff": "airlock checkpoint diff FIRST PCT --store STORE --key KEY > file",

@@ -1426,11 +1426,17 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	struct st_manifest *prev = NULL, *lower = NULL;
 	char parent[ST_ID_HEX + 1];
 	int rc = st_session_latest(r, o->session, parent, err);
-	/* A layered snapshot reads the previous checkpoint as stored: the
-	 * files it reuses are among its changes (or it is the base). */
-	if (rc == 0 && parent[0])
+	/* The previous checkpoint only matters when the stat cache describes
+	 * this tree (the same root): files are then taken from it unread. A
+	 * layered snapshot reads it as stored: the files it reuses are among
+	 * its changes (or it is the base). */
+	statcache_load(r, o->session, &w.sc);
+	w.sc_valid = w.sc.n && w.sc.dev == (uint64_t)rst.st_dev &&
+		     w.sc.root_ino == (uint64_t)rst.st_ino;
+	if (rc == 0 && parent[0] && w.sc_valid)
 		rc = layer ? manifest_load_raw(r, parent, NULL, &prev, err) :
 			     st_manifest_load(r, parent, NULL, &prev, err);
+	w.sc_valid = w.sc_valid && prev;
 	if (rc == 0 && layer) {
 		/* A full lower checkpoint is only named (as the base): its
 		 * entries are not needed. */
@@ -1444,13 +1450,11 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	}
 	if (rc < 0) {
 		st_manifest_free(prev);
+		statcache_free(&w.sc);
 		buf_free(&w.cache);
 		return rc;
 	}
 	w.prev = prev;
-	statcache_load(r, o->session, &w.sc);
-	w.sc_valid = prev && w.sc.n && w.sc.dev == (uint64_t)rst.st_dev &&
-		     w.sc.root_ino == (uint64_t)rst.st_ino;
 	if (threads > 1) {
 		rc = pool_start(&w, threads, &w.pool, err);
 	} else {

@@ -339,3 +339,31 @@ def test_a_delta_grown_large_is_stored_whole(store, layers, tmp_path):
     cid2, err = layered(store, lay)
     assert "\nbase " not in store.manifest(cid2).decode()
     assert_same_as_merged(store, tmp_path, lay, cid2, "flat2")
+
+
+def test_kill_at_every_write_step_of_a_layered_snapshot(store, layers, tmp_path):
+    ws = tmp_path / "ws"
+    make_workspace(ws)
+    base, _ = store.create(ws, session="work")
+    lay = layers(base)
+    (lay.merged / "plain.txt").write_bytes(b"changed\n")
+    os.remove(lay.merged / "bin.dat")
+    want = tree(lay.merged)
+    step = 1
+    while True:
+        p = store("create", "--upper", str(lay.upper), "--lower", base, "--session", "work",
+                  env={"AIRLOCK_FAULT_STEP": str(step)})
+        if p.returncode == 0:
+            break
+        assert p.returncode == 99, p  # died at the step
+        # The session's latest is the base, whole, or the new delta, whole.
+        latest = store("latest", "--session", "work", check=True).stdout.decode().strip()
+        out = tmp_path / f"r{step}"
+        store("restore", latest, "--to", str(out), check=True)
+        assert tree(out) == (tree(ws) if latest == base else want), step
+        step += 1
+        assert step < 20
+    assert step > 3, "fewer write steps than expected"
+    out = tmp_path / "final"
+    store("restore", p.stdout.decode().strip(), "--to", str(out), check=True)
+    assert tree(out) == want
