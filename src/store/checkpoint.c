@@ -487,8 +487,10 @@ static int rec_cmp(const void *a, const void *b)
 	return st_path_cmp(((const struct stat_rec *)a)->path, ((const struct stat_rec *)b)->path);
 }
 
-/* A missing or unreadable cache is no error: every file is read. */
-static void statcache_load(struct st_repo *r, const char *session, struct statcache *sc)
+/* A missing or unreadable cache is no error: every file is read. Nor is
+ * one of another tree (device and root inode): it is not parsed further. */
+static void statcache_load(struct st_repo *r, const char *session, const struct stat *root,
+			   struct statcache *sc)
 {
 	memset(sc, 0, sizeof(*sc));
 	char key[ST_KEY_MAX + 1];
@@ -510,7 +512,8 @@ static void statcache_load(struct st_repo *r, const char *session, struct statca
 		char *f[5];
 		ok = split_fields(p, f, 5) && strcmp(f[0], "airlock-statcache") == 0 &&
 		     strcmp(f[1], "1") == 0 && parse_u64(f[2], &sc->dev) == 0 &&
-		     parse_u64(f[3], &sc->root_ino) == 0 && parse_i64(f[4], &sc->start_ns) == 0;
+		     parse_u64(f[3], &sc->root_ino) == 0 && parse_i64(f[4], &sc->start_ns) == 0 &&
+		     sc->dev == (uint64_t)root->st_dev && sc->root_ino == (uint64_t)root->st_ino;
 		p = nl + 1;
 	}
 	while (ok && p < end) {
@@ -1430,7 +1433,7 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	 * this tree (the same root): files are then taken from it unread. A
 	 * layered snapshot reads it as stored: the files it reuses are among
 	 * its changes (or it is the base). */
-	statcache_load(r, o->session, &w.sc);
+	statcache_load(r, o->session, &rst, &w.sc);
 	w.sc_valid = w.sc.n && w.sc.dev == (uint64_t)rst.st_dev &&
 		     w.sc.root_ino == (uint64_t)rst.st_ino;
 	if (rc == 0 && parent[0] && w.sc_valid)
