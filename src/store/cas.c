@@ -790,8 +790,29 @@ int st_cas_put_shared(struct st_cas_writer *w, const void *data, size_t len,
 
 /* ---- reading ---- */
 
-static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, const struct st_id *id, void **ret,
-		   size_t *ret_len, struct al_error *err)
+struct st_cas_reader {
+	struct st_cas *c;
+	ZSTD_DCtx *dctx;
+	uint8_t *frame; /* REC_HDR + CLEN_MAX: a record read from a pack */
+	uint8_t *out;	/* ST_CHUNK_MAX: the chunk */
+};
+
+static uint8_t *reader_frame(struct st_cas_reader *rd)
+{
+	return rd->frame;
+}
+
+static uint8_t *reader_out(struct st_cas_reader *rd)
+{
+	return rd->out;
+}
+
+/*
+ * Reads and verifies chunk id. With rd (a reader's buffers), *ret points
+ * into rd's output buffer until its next read; without, *ret is malloc'd.
+ */
+static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, struct st_cas_reader *rd,
+		   const struct st_id *id, void **ret, size_t *ret_len, struct al_error *err)
 {
 	char hex[ST_ID_HEX + 1];
 	st_id_hex(id, hex);
@@ -811,18 +832,18 @@ static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, const struct st_id *id, vo
 		char key[ST_KEY_MAX + 1];
 		where = c->packs[loc->pack].hex;
 		obj_key(c, "packs", where, key);
-		frame = malloc(REC_HDR + loc->clen);
-		if (!frame)
+		uint8_t *into = rd ? reader_frame(rd) : (frame = malloc(REC_HDR + loc->clen));
+		if (!into)
 			return al_error_set(err, -ENOMEM, "chunk %s: out of memory", hex);
 		struct al_error e = { 0 };
-		int r = st_obj_get_range(c->os, key, loc->off - REC_HDR, REC_HDR + loc->clen, frame,
+		int r = st_obj_get_range(c->os, key, loc->off - REC_HDR, REC_HDR + loc->clen, into,
 					 &e);
 		if (r == -EIO)
 			return al_error_set(err, -EBADMSG, "chunk %s: pack %s is truncated (%s)",
 					    hex, key, al_error_message(&e));
 		if (r < 0)
 			return al_error_set(err, r, "chunk %s: %s", hex, al_error_message(&e));
-		rec = frame;
+		rec = into;
 	}
 	if (memcmp(rec, id->b, ST_ID_LEN) != 0 || get_u32(rec + ST_ID_LEN) != loc->ulen ||
 	    get_u32(rec + ST_ID_LEN + 4) != loc->clen)
@@ -830,7 +851,8 @@ static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, const struct st_id *id, vo
 				    "chunk %s: its record in pack %s does not match the index", hex,
 				    where);
 
-	_cleanup_free_ uint8_t *out = malloc(loc->ulen ? loc->ulen : 1);
+	_cleanup_free_ uint8_t *owned = NULL;
+	uint8_t *out = rd ? reader_out(rd) : (owned = malloc(loc->ulen ? loc->ulen : 1));
 	if (!out)
 		return al_error_set(err, -ENOMEM, "chunk %s: out of memory", hex);
 	size_t n = ZSTD_decompressDCtx(dctx, out, loc->ulen, rec + REC_HDR, loc->clen);
@@ -846,7 +868,7 @@ static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, const struct st_id *id, vo
 	if (memcmp(got.b, id->b, ST_ID_LEN) != 0)
 		return al_error_set(err, -EBADMSG, "chunk %s in pack %s: SHA-256 mismatch", hex,
 				    where);
-	*ret = TAKE_PTR(out);
+	*ret = rd ? out : TAKE_PTR(owned);
 	*ret_len = n;
 	return 0;
 }
@@ -854,19 +876,19 @@ static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, const struct st_id *id, vo
 int st_cas_get(struct st_cas *c, const struct st_id *id, void **ret, size_t *ret_len,
 	       struct al_error *err)
 {
-	return cas_get(c, c->dctx, id, ret, ret_len, err);
+	return cas_get(c, c->dctx, NULL, id, ret, ret_len, err);
 }
-
-struct st_cas_reader {
-	struct st_cas *c;
-	ZSTD_DCtx *dctx;
-};
 
 int st_cas_reader_new(struct st_cas *c, struct st_cas_reader **ret, struct al_error *err)
 {
 	struct st_cas_reader *rd = calloc(1, sizeof(*rd));
-	if (!rd || !(rd->dctx = ZSTD_createDCtx())) {
-		free(rd);
+	if (rd) {
+		rd->frame = malloc(REC_HDR + CLEN_MAX);
+		rd->out = malloc(ST_CHUNK_MAX);
+		rd->dctx = ZSTD_createDCtx();
+	}
+	if (!rd || !rd->frame || !rd->out || !rd->dctx) {
+		st_cas_reader_free(rd);
 		return al_error_set(err, -ENOMEM, "out of memory");
 	}
 	rd->c = c;
@@ -879,13 +901,19 @@ void st_cas_reader_free(struct st_cas_reader *rd)
 	if (!rd)
 		return;
 	ZSTD_freeDCtx(rd->dctx);
+	free(rd->frame);
+	free(rd->out);
 	free(rd);
 }
 
-int st_cas_read(struct st_cas_reader *rd, const struct st_id *id, void **ret, size_t *ret_len,
-		struct al_error *err)
+int st_cas_read(struct st_cas_reader *rd, const struct st_id *id, const void **ret,
+		size_t *ret_len, struct al_error *err)
 {
-	return cas_get(rd->c, rd->dctx, id, ret, ret_len, err);
+	void *p = NULL;
+	int r = cas_get(rd->c, rd->dctx, rd, id, &p, ret_len, err);
+	if (r == 0)
+		*ret = p;
+	return r;
 }
 
 int st_cas_each_pack(struct st_cas *c,

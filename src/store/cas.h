@@ -58,14 +58,15 @@ int st_cas_put_id(struct st_cas *c, const struct st_id *id, const void *data, si
 		  bool *ret_new, struct al_error *err);
 /*
  * A reader for one thread: st_cas_read is st_cas_get with the reader's own
- * decompression context, so that any number of threads read at once, each
- * with its reader, while nothing writes to the st_cas.
+ * decompression context and buffers, so that any number of threads read
+ * at once, each with its reader, while nothing writes to the st_cas.
+ * *ret points into the reader: valid until its next read.
  */
 struct st_cas_reader;
 int st_cas_reader_new(struct st_cas *c, struct st_cas_reader **ret, struct al_error *err);
 void st_cas_reader_free(struct st_cas_reader *rd); /* accepts NULL */
-int st_cas_read(struct st_cas_reader *rd, const struct st_id *id, void **ret, size_t *ret_len,
-		struct al_error *err);
+int st_cas_read(struct st_cas_reader *rd, const struct st_id *id, const void **ret,
+		size_t *ret_len, struct al_error *err);
 
 /* Seals the open pack (if any chunk is in it): pack object, then index. */
 int st_cas_flush(struct st_cas *c, struct al_error *err);

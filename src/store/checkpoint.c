@@ -1659,19 +1659,16 @@ static int restore_file(struct st_cas_reader *rd, int root, struct parent_cache 
 		return al_error_set_errno(err, -errno, "cannot create %s", e->path);
 	uint64_t total = 0;
 	for (size_t i = 0; i < e->n_chunks; i++) {
-		void *data = NULL;
+		const void *data = NULL;
 		size_t len = 0;
 		int rc = st_cas_read(rd, &e->chunks[i], &data, &len, err);
 		if (rc < 0)
 			return rc;
 		total += len;
-		if (total > e->size) {
-			free(data);
+		if (total > e->size)
 			return al_error_set(err, -EBADMSG, "%s: the chunks are longer than its size",
 					    e->path);
-		}
 		rc = write_full(fd, data, len);
-		free(data);
 		if (rc < 0)
 			return al_error_set_errno(err, rc, "cannot write %s", e->path);
 	}
