@@ -14,10 +14,12 @@ ws=$(mktemp -d /tmp/airlock-demo-XXXXXX)
 chown nobody: "$ws"
 server=""
 api=""
+ck=""
 cleanup() {
 	[ -n "$server" ] && kill "$server" 2>/dev/null
 	[ -n "$api" ] && kill "$api" 2>/dev/null
 	rm -rf "$ws"
+	[ -n "$ck" ] && rm -rf "$ck"
 }
 trap cleanup EXIT
 
@@ -133,5 +135,29 @@ show "$AIRLOCK" sandbox run --policy "$gw/policy.yaml" --vault "$gw/vault.yaml" 
 echo "audit lines:"
 cat "$gw/audit.jsonl"
 echo "the real key in the audit log: $(grep -c sk-real "$gw/audit.jsonl") times"
+
+step "Checkpoints: the workspace after each change, content-addressed, diffed, restored"
+ck=$(mktemp -d /tmp/airlock-demo-ck-XXXXXX)
+ckd() { "$AIRLOCK" checkpoint "$@" --store "$ck/store" --key "$ck/key"; }
+printf 'def main():\n    print("hello")\n' >"$ws/app.py"
+chown nobody: "$ws/app.py"
+first=$(ckd create --workspace "$ws")
+echo "first checkpoint: $first"
+show "$AIRLOCK" sandbox run --workspace "$ws" -- /bin/sh -c \
+	'sed -i "s/hello/hello, checkpoints/" /workspace/app.py; rm /workspace/made-inside; echo notes > /workspace/NOTES'
+second=$(ckd create --workspace "$ws")
+echo "second checkpoint: $second"
+printf '$ airlock checkpoint diff FIRST SECOND\n'
+ckd diff "$first" "$second"
+ckd restore "$first" --to "$ck/restored"
+echo "the first checkpoint restored: $(ls "$ck/restored" | tr '\n' ' ')"
+for pack in "$ck"/store/tenants/default/packs/*; do
+	b=$(dd if="$pack" bs=1 skip=60 count=1 status=none | od -An -tu1)
+	printf "\\x$(printf %02x $((255 - b)))" | dd of="$pack" bs=1 seek=60 conv=notrunc status=none
+done
+echo "one byte of each pack changed on disk; a restore refuses, and leaves nothing:"
+ckd restore "$first" --to "$ck/tampered"
+echo "(exit status $?) files left: $(ls -A "$ck/tampered" 2>/dev/null | wc -l)"
+rm -rf "$ck"
 
 step "Done. Everything above ran in sandboxes that are gone without a trace."
