@@ -23,8 +23,9 @@
 
 static const char usage[] =
 	"usage: airlock checkpoint create --workspace DIR [--session S]   prints the checkpoint id\n"
-	"       airlock checkpoint create --upper DIR --lower ID [--session S]\n"
-	"                                      (an overlayfs upper layer over checkpoint ID)\n"
+	"       airlock checkpoint create --upper DIR --lower ID [--userxattr] [--session S]\n"
+	"                                      (an overlayfs upper layer over checkpoint ID;\n"
+	"                                      --userxattr: the mount's option of that name)\n"
 	"       airlock checkpoint restore ID --to DIR [--max-bytes SIZE] [--max-files N]\n"
 	"                                      [--max-depth N]\n"
 	"       airlock checkpoint diff A B [--names-only]\n"
@@ -51,6 +52,7 @@ enum {
 	OPT_WORKSPACE,
 	OPT_UPPER,
 	OPT_LOWER,
+	OPT_USERXATTR,
 	OPT_SESSION,
 	OPT_TO,
 	OPT_MAX_BYTES,
@@ -63,7 +65,7 @@ enum {
 struct copts {
 	const char *store, *tenant, *key, *workspace, *upper, *lower, *session, *to;
 	struct st_manifest_limits limits;
-	bool names_only;
+	bool names_only, userxattr;
 	char **args;
 	int n_args;
 };
@@ -77,6 +79,7 @@ static int parse(int argc, char **argv, struct copts *o)
 		{ "workspace", required_argument, NULL, OPT_WORKSPACE },
 		{ "upper", required_argument, NULL, OPT_UPPER },
 		{ "lower", required_argument, NULL, OPT_LOWER },
+		{ "userxattr", no_argument, NULL, OPT_USERXATTR },
 		{ "session", required_argument, NULL, OPT_SESSION },
 		{ "to", required_argument, NULL, OPT_TO },
 		{ "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
@@ -114,6 +117,9 @@ static int parse(int argc, char **argv, struct copts *o)
 			break;
 		case OPT_LOWER:
 			o->lower = optarg;
+			break;
+		case OPT_USERXATTR:
+			o->userxattr = true;
 			break;
 		case OPT_SESSION:
 			o->session = optarg;
@@ -190,7 +196,8 @@ static void report(const char *path, const char *what, void *ud)
 
 static int do_create(struct copts *o)
 {
-	if (o->n_args != 0 || !o->workspace == !o->upper || !o->upper != !o->lower)
+	if (o->n_args != 0 || !o->workspace == !o->upper || !o->upper != !o->lower ||
+	    (o->userxattr && !o->upper))
 		return cli_fail("usage: airlock checkpoint create (--workspace DIR | --upper DIR "
 				"--lower ID) [--session S]");
 	struct st_repo *r = NULL;
@@ -198,7 +205,8 @@ static int do_create(struct copts *o)
 	if (rc)
 		return rc;
 	struct st_snapshot_opts so = { .workspace = o->workspace, .upper = o->upper,
-				       .lower = o->lower, .session = o->session, .report = report };
+				       .lower = o->lower, .userxattr = o->userxattr,
+				       .session = o->session, .report = report };
 	struct st_snapshot_result res;
 	struct al_error err = { 0 };
 	rc = st_snapshot(r, &so, &res, &err);

@@ -1007,42 +1007,45 @@ static int cache_line(struct walk *w, const struct stat *st, const char *path)
  * (at most size - 1, NUL-terminated), 0 when it has none, or -errno. fd is
  * the entry itself, or (name set) its directory.
  */
-static ssize_t ovl_xattr(int fd, const char *name, const char *attr, char *buf, size_t size)
+static ssize_t ovl_xattr(bool user, int fd, const char *name, const char *attr, char *buf,
+			 size_t size)
 {
 	char proc[64 + NAME_MAX], key[64];
 	if (name && (size_t)snprintf(proc, sizeof(proc), "/proc/self/fd/%d/%s", fd, name) >=
 			    sizeof(proc))
 		return -ENAMETOOLONG;
-	for (int k = 0; k < 2; k++) {
-		snprintf(key, sizeof(key), "%s.overlay.%s", k ? "user" : "trusted", attr);
-		ssize_t n = name ? lgetxattr(proc, key, buf, size - 1) : fgetxattr(fd, key, buf, size - 1);
-		if (n >= 0) {
-			buf[n] = '\0';
-			return n ? n : 1;
-		}
-		if (errno != ENODATA && errno != ENOTSUP)
-			return -errno;
+	/* Only the namespace the mount uses: on a mount without userxattr,
+	 * "user.overlay.*" is an ordinary attribute the workspace may set. */
+	snprintf(key, sizeof(key), "%s.overlay.%s", user ? "user" : "trusted", attr);
+	ssize_t n = name ? lgetxattr(proc, key, buf, size - 1) : fgetxattr(fd, key, buf, size - 1);
+	if (n >= 0) {
+		buf[n] = '\0';
+		return n ? n : 1;
 	}
+	if (errno == ERANGE)
+		return (ssize_t)size; /* present, and longer than any value we read */
+	if (errno != ENODATA && errno != ENOTSUP)
+		return -errno;
 	return 0;
 }
 
 /* The kind of an upper-layer entry: whiteout (1), plain (0), or an
  * overlayfs feature a snapshot cannot read (-errno with err set). */
-static int layer_kind(int dirfd, const char *name, const char *path, const struct stat *st,
-		      struct al_error *err)
+static int layer_kind(bool user, int dirfd, const char *name, const char *path,
+		      const struct stat *st, struct al_error *err)
 {
 	char v[256];
 	if (S_ISCHR(st->st_mode) && st->st_rdev == 0)
 		return 1;
 	if (!S_ISREG(st->st_mode))
 		return 0;
-	ssize_t n = ovl_xattr(dirfd, name, "metacopy", v, sizeof(v));
+	ssize_t n = ovl_xattr(user, dirfd, name, "metacopy", v, sizeof(v));
 	if (n > 0)
 		return al_error_set(err, -EOPNOTSUPP,
 				    "%s: a metadata-only copy in the upper layer (mount the overlay "
 				    "with metacopy=off)", path);
 	if (n == 0)
-		n = ovl_xattr(dirfd, name, "whiteout", v, sizeof(v));
+		n = ovl_xattr(user, dirfd, name, "whiteout", v, sizeof(v));
 	if (n < 0)
 		return al_error_set_errno(err, (int)n, "cannot read the attributes of %s", path);
 	return n > 0;
@@ -1050,20 +1053,20 @@ static int layer_kind(int dirfd, const char *name, const char *path, const struc
 
 /* Whether an upper-layer directory hides what the lower one has (1), not
  * (0), or uses a feature a snapshot cannot read (-errno with err set). */
-static int layer_opaque(int fd, const char *path, struct al_error *err)
+static int layer_opaque(bool user, int fd, const char *path, struct al_error *err)
 {
 	char v[256];
-	ssize_t n = ovl_xattr(fd, NULL, "redirect", v, sizeof(v));
+	ssize_t n = ovl_xattr(user, fd, NULL, "redirect", v, sizeof(v));
 	if (n > 0)
 		return al_error_set(err, -EOPNOTSUPP,
 				    "%s: a renamed directory in the upper layer (mount the overlay "
 				    "with redirect_dir=off)", path);
 	if (n == 0)
-		n = ovl_xattr(fd, NULL, "opaque", v, sizeof(v));
+		n = ovl_xattr(user, fd, NULL, "opaque", v, sizeof(v));
 	if (n < 0)
 		return al_error_set_errno(err, (int)n, "cannot read the attributes of %s", path);
 	/* "y": opaque; "x" (Linux 6.7+): holds whiteouts made of attributes. */
-	return n > 0 && strcmp(v, "y") == 0;
+	return n > 0 && n < (ssize_t)sizeof(v) && strcmp(v, "y") == 0;
 }
 
 static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
@@ -1104,7 +1107,7 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		}
 		struct st_entry e = { .mtime_ns = ts_ns(st.st_mtim), .mode = st.st_mode & 0777 };
 		if (w->layer) {
-			int k = layer_kind(dirfd, name, path, &st, err);
+			int k = layer_kind(w->o->userxattr, dirfd, name, path, &st, err);
 			if (k < 0) {
 				rc = k;
 				break;
@@ -1145,6 +1148,16 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 						   : S_ISSOCK(st.st_mode) ? "socket skipped"
 									  : "device skipped",
 					     w->o->ud);
+			/* In an upper layer it still hides what the lower one has
+			 * there: the merged view shows no such file either. */
+			if (w->layer) {
+				e = (struct st_entry){ .type = ST_WHITEOUT, .path = strdup(path) };
+				if (!e.path || add_entry(w, &e) < 0) {
+					free(e.path);
+					rc = al_error_set(err, -ENOMEM, "out of memory");
+					break;
+				}
+			}
 			continue;
 		}
 		if (rc < 0) {
@@ -1174,7 +1187,7 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 				break;
 			}
 			if (w->layer) {
-				rc = layer_opaque(sub, path, err);
+				rc = layer_opaque(w->o->userxattr, sub, path, err);
 				if (rc == 1)
 					w->entries[w->n - 1].type = ST_OPAQUE;
 				if (rc < 0) {
@@ -1214,15 +1227,27 @@ static int put_step(struct st_repo *r, const char *key, const void *data, size_t
  * first, then what refers to them. cache: the new stat cache, or NULL to
  * drop the session's (it would describe another tree).
  */
-static int commit(struct st_repo *r, const char *session, const char *parent, const char *base,
-		  struct st_entry *entries, size_t n, struct timespec now, const struct buf *cache,
-		  char out_id[ST_ID_HEX + 1], struct al_error *err)
+/* What a layered snapshot's manifest names besides its tree. */
+struct layer_head {
+	const char *base; /* NULL: a full manifest */
+	uint64_t base_entries;
+	const char *lower;
+};
+
+static int commit(struct st_repo *r, const char *session, const char *parent,
+		  const struct layer_head *lh, struct st_entry *entries, size_t n, struct timespec now,
+		  const struct buf *cache, char out_id[ST_ID_HEX + 1], struct al_error *err)
 {
 	if (n)
 		qsort(entries, n, sizeof(*entries), entry_cmp);
 	struct st_manifest m = { .created = (int64_t)now.tv_sec, .entries = entries,
 				 .n_entries = n };
-	snprintf(m.base, sizeof(m.base), "%s", base ? base : "");
+	if (lh && lh->base) {
+		snprintf(m.base, sizeof(m.base), "%s", lh->base);
+		m.base_entries = lh->base_entries;
+	}
+	if (lh)
+		snprintf(m.lower, sizeof(m.lower), "%s", lh->lower);
 	snprintf(m.tenant, sizeof(m.tenant), "%s", r->tenant);
 	snprintf(m.session, sizeof(m.session), "%s", session);
 	snprintf(m.parent, sizeof(m.parent), "%s", parent);
@@ -1268,30 +1293,23 @@ static int commit(struct st_repo *r, const char *session, const char *parent, co
 #define FLATTEN_MIN 4096
 
 /*
- * Commits the delta *entries (sorted) over base, or, when it has grown
- * large against the base (base_n entries; 0: read the base's header), the
- * whole tree as a full manifest. *entries and *n may be replaced.
+ * Commits the delta *entries (sorted) over lh->base, or, when it has grown
+ * large against the base or its tree could pass the entry limit, the
+ * whole tree as a full manifest (applying it checks that limit: nothing
+ * is committed that could not be loaded). *entries and *n may be replaced.
  */
 static int commit_layer(struct st_repo *r, const char *session, const char *parent,
-			const char *base, uint64_t base_n, struct st_entry **entries, size_t *n,
+			const struct layer_head *lh, struct st_entry **entries, size_t *n,
 			struct timespec now, const struct buf *cache, char out_id[ST_ID_HEX + 1],
 			struct al_error *err)
 {
-	static const struct st_manifest_limits head = { .header_only = true };
-	struct st_manifest *b = NULL;
-	int rc = 0;
-	if (*n > FLATTEN_MIN && base_n == 0) {
-		rc = manifest_load_raw(r, base, &head, &b, err);
-		if (rc < 0)
-			return rc;
-		base_n = b->declared;
-		st_manifest_free(b);
-		b = NULL;
-	}
-	if (*n <= FLATTEN_MIN || *n <= base_n / 4)
-		return commit(r, session, parent, base, *entries, *n, now, cache, out_id, err);
+	uint64_t base_n = lh->base_entries;
+	bool big = *n > FLATTEN_MIN && *n > base_n / 4;
+	if (!big && base_n + *n <= ST_MANIFEST_MAX_ENTRIES_DEFAULT)
+		return commit(r, session, parent, lh, *entries, *n, now, cache, out_id, err);
 
-	rc = manifest_load_raw(r, base, NULL, &b, err);
+	struct st_manifest *b = NULL;
+	int rc = manifest_load_raw(r, lh->base, NULL, &b, err);
 	if (rc < 0)
 		return rc;
 	struct st_manifest *d = calloc(1, sizeof(*d)), *t = NULL;
@@ -1300,7 +1318,8 @@ static int commit_layer(struct st_repo *r, const char *session, const char *pare
 		return al_error_set(err, -ENOMEM, "out of memory");
 	}
 	snprintf(d->tenant, sizeof(d->tenant), "%s", r->tenant);
-	snprintf(d->base, sizeof(d->base), "%s", base);
+	snprintf(d->base, sizeof(d->base), "%s", lh->base);
+	d->base_entries = base_n;
 	d->entries = *entries;
 	d->n_entries = *n;
 	*entries = NULL;
@@ -1313,21 +1332,9 @@ static int commit_layer(struct st_repo *r, const char *session, const char *pare
 	t->entries = NULL;
 	t->n_entries = 0;
 	st_manifest_free(t);
-	return commit(r, session, parent, NULL, *entries, *n, now, cache, out_id, err);
-}
-
-/* Whether an entry of cuts (sorted) is at an ancestor of path. */
-static bool cut_above(const struct st_entry *cuts, size_t n, const char *path)
-{
-	char pre[ST_PATH_MAX + 1];
-	for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
-		size_t len = (size_t)(s - path);
-		memcpy(pre, path, len);
-		pre[len] = '\0';
-		if (find_path(cuts, n, sizeof(*cuts), offsetof(struct st_entry, path), pre))
-			return true;
-	}
-	return false;
+	/* (A small delta near the limit is stored whole too: rare, and right.) */
+	const struct layer_head full = { .lower = lh->lower };
+	return commit(r, session, parent, &full, *entries, *n, now, cache, out_id, err);
 }
 
 /*
@@ -1339,22 +1346,26 @@ static bool cut_above(const struct st_entry *cuts, size_t n, const char *path)
 static int compose(struct st_entry *lops, size_t nl, struct st_entry *up, size_t nu,
 		   struct st_entry **ret, size_t *ret_n)
 {
-	/* What the upper layer replaces or removes, subtree and all. */
-	_cleanup_free_ struct st_entry *cuts = calloc(nu ? nu : 1, sizeof(*cuts));
+	/* What the upper layer replaces or removes, subtree and all (the
+	 * paths stay where they are until the set is freed: moved to out). */
+	struct st_pathset *cuts = NULL;
 	struct st_entry *out = calloc(nl + nu ? nl + nu : 1, sizeof(*out));
-	if (!cuts || !out) {
+	if (!out || st_pathset_new(nu, &cuts) < 0) {
 		free(out);
 		return -ENOMEM;
 	}
-	size_t n_cuts = 0, i = 0, j = 0, n = 0;
+	size_t i = 0, j = 0, n = 0;
 	for (size_t k = 0; k < nu; k++)
-		if (up[k].type != ST_DIR)
-			cuts[n_cuts++] = up[k];
+		if (up[k].type != ST_DIR && st_pathset_add(cuts, up[k].path) < 0) {
+			st_pathset_free(cuts);
+			free(out);
+			return -ENOMEM;
+		}
 	while (i < nl || j < nu) {
 		int c = i == nl ? 1 : j == nu ? -1 : st_path_cmp(lops[i].path, up[j].path);
 		if (c < 0) {
 			struct st_entry *e = &lops[i++];
-			if (!cut_above(cuts, n_cuts, e->path)) {
+			if (!st_pathset_has_ancestor(cuts, e->path)) {
 				out[n++] = *e;
 				memset(e, 0, sizeof(*e));
 			}
@@ -1372,6 +1383,7 @@ static int compose(struct st_entry *lops, size_t nl, struct st_entry *up, size_t
 		out[n++] = *e;
 		memset(e, 0, sizeof(*e));
 	}
+	st_pathset_free(cuts);
 	*ret = out;
 	*ret_n = n;
 	return 0;
@@ -1496,9 +1508,13 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 			entries_release(w.entries, w.n);
 			w.entries = d;
 			w.n = nd;
-			rc = commit_layer(r, o->session, parent, full ? o->lower : lower->base,
-					  full ? lower->declared : 0, &w.entries, &w.n, now, &w.cache,
-					  ret->id, err);
+			const struct layer_head lh = {
+				.base = full ? o->lower : lower->base,
+				.base_entries = full ? lower->declared : lower->base_entries,
+				.lower = o->lower,
+			};
+			rc = commit_layer(r, o->session, parent, &lh, &w.entries, &w.n, now,
+					  &w.cache, ret->id, err);
 		}
 	} else if (rc == 0) {
 		rc = commit(r, o->session, parent, NULL, w.entries, w.n, now, &w.cache, ret->id, err);

@@ -49,6 +49,9 @@ struct st_snapshot_opts {
 	 */
 	const char *upper;
 	const char *lower;
+	/* The overlay was mounted with userxattr: its attributes are
+	 * "user.overlay.*", not "trusted.overlay.*". */
+	bool userxattr;
 	/* Called for every entry left out (devices, fifos, sockets) and every
 	 * mode bit dropped (setuid, setgid, sticky); may be NULL. */
 	void (*report)(const char *path, const char *what, void *ud);

@@ -348,8 +348,53 @@ static int on_manifest_key(const char *key, void *ud)
 	return 0;
 }
 
-static int mark_pass(struct gc *g, int pass, char (**rescue)[ST_ID_HEX + 1], size_t *n_rescue,
-		     size_t *cap_rescue);
+
+/* The ids a manifest needs kept with it: the base of a delta, and the lower
+ * layer of a layered snapshot (a live workspace may still be over it). */
+struct rescue {
+	char (*ids)[ST_ID_HEX + 1];
+	size_t n, cap;
+};
+
+static int rescue_add(struct gc *g, struct rescue *rs, const char *id)
+{
+	if (!id[0] || !hex_has(g->drop, g->n_drop, id))
+		return 0;
+	for (size_t i = 0; i < rs->n; i++)
+		if (memcmp(rs->ids[i], id, ST_ID_HEX) == 0)
+			return 0;
+	return push_hex(&rs->ids, &rs->n, &rs->cap, id);
+}
+
+/* Loads manifest id and marks its chunks (a delta's whole tree); adds
+ * what it needs kept to rs (its lower only when with_lower). */
+static int mark_one(struct gc *g, const char *id, struct rescue *rs, bool with_lower)
+{
+	struct st_manifest *m = NULL;
+	int rc = st_manifest_load(g->r, id, NULL, &m, g->err);
+	if (rc < 0) {
+		char why[AL_ERROR_MSG_MAX];
+		snprintf(why, sizeof(why), "%s", al_error_message(g->err));
+		al_error_clear(g->err);
+		/* The parser's reasons (not authentic, a bad line) do not say
+		 * which of the many manifests it was. */
+		if (strstr(why, id))
+			return al_error_set(g->err, rc, "gc: nothing deleted: %s", why);
+		return al_error_set(g->err, rc, "gc: nothing deleted: checkpoint %s: %s", id, why);
+	}
+	for (size_t j = 0; rc == 0 && j < m->n_entries; j++)
+		for (size_t k = 0; rc == 0 && k < m->entries[j].n_chunks; k++)
+			rc = idset_add(&g->marks, &m->entries[j].chunks[k]);
+	if (rc == 0)
+		rc = rescue_add(g, rs, m->base);
+	if (rc == 0 && with_lower)
+		rc = rescue_add(g, rs, m->lower);
+	st_manifest_free(m);
+	if (rc < 0)
+		return al_error_set(g->err, rc, "gc: out of memory");
+	g->res.manifests_kept++;
+	return 0;
+}
 
 static int mark(struct gc *g)
 {
@@ -361,7 +406,7 @@ static int mark(struct gc *g)
 		return rc;
 	hex_sort(g->manifests, g->n_manifests);
 	/* A manifest no log entry and no latest names is dropped too: the
-	 * base of a delta that has gone since, or one a crash left before its
+	 * base of deltas that have gone since, or one a crash left before its
 	 * log entry (snapshots hold the lock shared until their last
 	 * reference is written, so none is in flight now). */
 	for (size_t i = 0; i < g->n_manifests; i++)
@@ -370,26 +415,26 @@ static int mark(struct gc *g)
 		    push_hex(&g->drop, &g->n_drop, &g->cap_drop, g->manifests[i]) < 0)
 			return al_error_set(g->err, -ENOMEM, "gc: out of memory");
 	hex_sort(g->drop, g->n_drop);
-	/* Twice over: the bases of the deltas that stay, should retention
-	 * have dropped them, are marked on the second pass. */
-	char (*rescue)[ST_ID_HEX + 1] = NULL;
-	size_t n_rescue = 0, cap_rescue = 0;
-	for (int pass = 0; pass < 2; pass++) {
-		if (pass == 1) {
-			if (n_rescue == 0)
-				break;
-			hex_sort(rescue, n_rescue);
-			size_t u = 0;
-			for (size_t i = 0; i < g->n_drop; i++)
-				if (!hex_has(rescue, n_rescue, g->drop[i]))
-					memcpy(g->drop[u++], g->drop[i], ST_ID_HEX + 1);
-			g->n_drop = u;
-		}
-		rc = mark_pass(g, pass, &rescue, &n_rescue, &cap_rescue);
-		if (rc < 0)
-			break;
+
+	/* Every manifest that stays, then what they need that retention
+	 * dropped: bases and lower layers, then the bases of those (one
+	 * step: a lower layer's own lower is not kept). */
+	struct rescue rs = { 0 };
+	for (size_t i = 0; rc == 0 && i < g->n_manifests; i++)
+		if (!hex_has(g->drop, g->n_drop, g->manifests[i]))
+			rc = mark_one(g, g->manifests[i], &rs, true);
+	for (size_t k = 0; rc == 0 && k < rs.n; k++) {
+		char id[ST_ID_HEX + 1];
+		memcpy(id, rs.ids[k], sizeof(id));
+		size_t u = 0;
+		for (size_t i = 0; i < g->n_drop; i++)
+			if (memcmp(g->drop[i], id, ST_ID_HEX) != 0)
+				memcpy(g->drop[u++], g->drop[i], ST_ID_HEX + 1);
+		g->n_drop = u;
+		if (hex_has(g->manifests, g->n_manifests, id))
+			rc = mark_one(g, id, &rs, false);
 	}
-	free(rescue);
+	free(rs.ids);
 	if (rc < 0)
 		return rc;
 	/* Only manifests that exist count as deleted. */
@@ -397,42 +442,6 @@ static int mark(struct gc *g)
 		if (hex_has(g->manifests, g->n_manifests, g->drop[i]))
 			g->res.manifests_deleted++;
 	g->res.chunks_marked = g->marks.n;
-	return 0;
-}
-
-/* Marks the chunks of every manifest that stays (pass 0), or of the
- * rescued bases (pass 1), adding to *rescue the dropped bases of deltas. */
-static int mark_pass(struct gc *g, int pass, char (**rescue)[ST_ID_HEX + 1], size_t *n_rescue,
-		     size_t *cap_rescue)
-{
-	int rc = 0;
-	for (size_t i = 0; i < g->n_manifests; i++) {
-		const char *id = g->manifests[i];
-		if (pass == 0 ? hex_has(g->drop, g->n_drop, id) : !hex_has(*rescue, *n_rescue, id))
-			continue;
-		struct st_manifest *m = NULL;
-		rc = st_manifest_load(g->r, id, NULL, &m, g->err);
-		if (rc < 0) {
-			char why[AL_ERROR_MSG_MAX];
-			snprintf(why, sizeof(why), "%s", al_error_message(g->err));
-			al_error_clear(g->err);
-			/* The parser's reasons (not authentic, a bad line) do not
-			 * say which of the many manifests it was. */
-			if (strstr(why, id))
-				return al_error_set(g->err, rc, "gc: nothing deleted: %s", why);
-			return al_error_set(g->err, rc, "gc: nothing deleted: checkpoint %s: %s",
-					    id, why);
-		}
-		for (size_t j = 0; rc == 0 && j < m->n_entries; j++)
-			for (size_t k = 0; rc == 0 && k < m->entries[j].n_chunks; k++)
-				rc = idset_add(&g->marks, &m->entries[j].chunks[k]);
-		if (rc == 0 && m->base[0] && hex_has(g->drop, g->n_drop, m->base))
-			rc = push_hex(rescue, n_rescue, cap_rescue, m->base);
-		st_manifest_free(m);
-		if (rc < 0)
-			return al_error_set(g->err, rc, "gc: out of memory");
-		g->res.manifests_kept++;
-	}
 	return 0;
 }
 

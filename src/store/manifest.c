@@ -324,6 +324,111 @@ static const char *check_delta_entry(const struct st_entry *entries, size_t i,
 	return NULL;
 }
 
+/* ---- path sets ---- */
+
+struct pathset_slot {
+	const char *path; /* NULL: free */
+	size_t len;
+	uint64_t hash;
+};
+
+struct st_pathset {
+	struct pathset_slot *slots;
+	size_t cap; /* a power of two, more than twice the count */
+	size_t n;
+};
+
+#define FNV_OFFSET 0xcbf29ce484222325ull
+#define FNV_PRIME 0x100000001b3ull
+
+static uint64_t fnv(uint64_t h, unsigned char c)
+{
+	return (h ^ c) * FNV_PRIME;
+}
+
+int st_pathset_new(size_t expect, struct st_pathset **ret)
+{
+	struct st_pathset *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cap = 16;
+	while (s->cap < 2 * expect + 2) {
+		if (s->cap > SIZE_MAX / 4 / sizeof(*s->slots)) {
+			free(s);
+			return -ENOMEM;
+		}
+		s->cap *= 2;
+	}
+	s->slots = calloc(s->cap, sizeof(*s->slots));
+	if (!s->slots) {
+		free(s);
+		return -ENOMEM;
+	}
+	*ret = s;
+	return 0;
+}
+
+void st_pathset_free(struct st_pathset *s)
+{
+	if (!s)
+		return;
+	free(s->slots);
+	free(s);
+}
+
+static void slot_put(struct pathset_slot *slots, size_t cap, struct pathset_slot v)
+{
+	size_t i = (size_t)v.hash & (cap - 1);
+	while (slots[i].path)
+		i = (i + 1) & (cap - 1);
+	slots[i] = v;
+}
+
+int st_pathset_add(struct st_pathset *s, const char *path)
+{
+	if (2 * (s->n + 1) >= s->cap) {
+		size_t nc = s->cap * 2;
+		struct pathset_slot *ns = calloc(nc, sizeof(*ns));
+		if (!ns)
+			return -ENOMEM;
+		for (size_t i = 0; i < s->cap; i++)
+			if (s->slots[i].path)
+				slot_put(ns, nc, s->slots[i]);
+		free(s->slots);
+		s->slots = ns;
+		s->cap = nc;
+	}
+	uint64_t h = FNV_OFFSET;
+	size_t len = 0;
+	for (; path[len]; len++)
+		h = fnv(h, (unsigned char)path[len]);
+	slot_put(s->slots, s->cap, (struct pathset_slot){ .path = path, .len = len, .hash = h });
+	s->n++;
+	return 0;
+}
+
+static bool pathset_has_n(const struct st_pathset *s, const char *p, size_t len, uint64_t h)
+{
+	for (size_t i = (size_t)h & (s->cap - 1); s->slots[i].path; i = (i + 1) & (s->cap - 1))
+		if (s->slots[i].hash == h && s->slots[i].len == len &&
+		    memcmp(s->slots[i].path, p, len) == 0)
+			return true;
+	return false;
+}
+
+bool st_pathset_has_ancestor(const struct st_pathset *s, const char *path)
+{
+	if (!s || s->n == 0)
+		return false;
+	uint64_t h = FNV_OFFSET;
+	for (size_t i = 0; path[i]; i++) {
+		if (path[i] == '/' && pathset_has_n(s, path, i, h))
+			return true;
+		h = fnv(h, (unsigned char)path[i]);
+	}
+	return false;
+}
+
 /* ---- applying a delta ---- */
 
 static void entries_free(struct st_entry *entries, size_t n)
@@ -355,16 +460,6 @@ static void entry_free(struct st_entry *e)
 	memset(e, 0, sizeof(*e));
 }
 
-/* Whether a cut (an entry of delta that replaces or removes a subtree)
- * is at an ancestor of path. */
-static bool under_cut(const struct st_entry *cuts, size_t n_cuts, const char *path)
-{
-	for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/'))
-		if (find_n(cuts, n_cuts, path, (size_t)(s - path)))
-			return true;
-	return false;
-}
-
 int st_manifest_apply(struct st_manifest *base, struct st_manifest *delta,
 		      const struct st_manifest_limits *limits, struct st_manifest **ret,
 		      struct al_error *err)
@@ -373,18 +468,24 @@ int st_manifest_apply(struct st_manifest *base, struct st_manifest *delta,
 	if (!b || !d || b->base[0] || b->applied || !d->base[0] || d->applied ||
 	    strcmp(b->tenant, d->tenant) != 0)
 		return al_error_set(err, -EINVAL, "manifest: not a delta and its base");
+	if (b->n_entries != d->base_entries)
+		return al_error_set(err, -EBADMSG,
+				    "manifest: the delta was made over a base of %" PRIu64
+				    " entries, its base %s has %zu", d->base_entries, d->base,
+				    b->n_entries);
 
-	/* The entries of d that replace or remove what the base has below
-	 * them, as entries (sorted: a subsequence of d's). */
-	_cleanup_free_ struct st_entry *cuts = calloc(d->n_entries ? d->n_entries : 1, sizeof(*cuts));
+	/* The paths of d that replace or remove what the base has below them
+	 * (borrowed: moved into out or freed with d, after cuts is gone). */
+	struct st_pathset *cuts = NULL;
 	size_t total = b->n_entries + d->n_entries;
 	_cleanup_free_ struct st_entry *out = calloc(total ? total : 1, sizeof(*out));
-	if (!cuts || !out)
+	if (!out || st_pathset_new(d->n_entries, &cuts) < 0)
 		return al_error_set_errno(err, -ENOMEM, "manifest: applying a delta");
-	size_t n_cuts = 0;
 	for (size_t i = 0; i < d->n_entries; i++)
-		if (d->entries[i].type != ST_DIR)
-			cuts[n_cuts++] = d->entries[i]; /* shallow: for the paths */
+		if (d->entries[i].type != ST_DIR && st_pathset_add(cuts, d->entries[i].path) < 0) {
+			st_pathset_free(cuts);
+			return al_error_set_errno(err, -ENOMEM, "manifest: applying a delta");
+		}
 
 	/* Merge: base entries that survive, and d's entries but removals. */
 	size_t i = 0, j = 0, n = 0;
@@ -394,7 +495,7 @@ int st_manifest_apply(struct st_manifest *base, struct st_manifest *delta,
 					    st_path_cmp(b->entries[i].path, d->entries[j].path);
 		if (c < 0) {
 			struct st_entry *e = &b->entries[i++];
-			if (under_cut(cuts, n_cuts, e->path))
+			if (st_pathset_has_ancestor(cuts, e->path))
 				entry_free(e);
 			else
 				out[n++] = *e, memset(e, 0, sizeof(*e));
@@ -411,6 +512,7 @@ int st_manifest_apply(struct st_manifest *base, struct st_manifest *delta,
 		memset(e, 0, sizeof(*e));
 	}
 
+	st_pathset_free(cuts);
 	size_t max_entries = limits && limits->max_entries ? limits->max_entries :
 							     ST_MANIFEST_MAX_ENTRIES_DEFAULT;
 	struct check_state st = {
@@ -538,6 +640,9 @@ int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t ke
 		return al_error_set(err, -EINVAL, "manifest: base is not a checkpoint id");
 	if (m->applied)
 		return al_error_set(err, -EINVAL, "manifest: an applied delta is not written");
+	size_t llen = strnlen(m->lower, sizeof(m->lower));
+	if (llen != 0 && (llen != ST_ID_HEX || !is_lower_hex(m->lower, llen)))
+		return al_error_set(err, -EINVAL, "manifest: lower is not a checkpoint id");
 
 	struct check_state st = { .max_depth = ST_MANIFEST_MAX_DEPTH_DEFAULT };
 	for (size_t i = 0; i < m->n_entries; i++) {
@@ -554,7 +659,9 @@ int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t ke
 	int r = buf_appendf(&b, MAGIC_LINE "\ntenant %s\nsession %s\nparent %s\n", m->tenant,
 			    m->session, plen ? m->parent : "-");
 	if (r >= 0 && blen)
-		r = buf_appendf(&b, "base %s\n", m->base);
+		r = buf_appendf(&b, "base %s %" PRIu64 "\n", m->base, m->base_entries);
+	if (r >= 0 && m->lower[0])
+		r = buf_appendf(&b, "lower %s\n", m->lower);
 	if (r >= 0)
 		r = buf_appendf(&b, "created %" PRId64 "\nentries %zu\n", m->created,
 				m->n_entries);
@@ -868,13 +975,23 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 	if (vn == ST_ID_HEX)
 		memcpy(m->parent, v, vn);
 
-	/* "base <id>" (a delta) or nothing (a full manifest). */
+	/* "base <id> <its entries>" (a delta) or nothing (a full manifest);
+	 * then "lower <id>" when it was taken of a layered workspace. */
 	size_t hl = 5;
 	if ((size_t)(lr.end - lr.p) > 5 && memcmp(lr.p, "base ", 5) == 0) {
-		if (!(v = header_value(&lr, "base", &vn)) || vn != ST_ID_HEX || !is_lower_hex(v, vn))
+		if (!(v = header_value(&lr, "base", &vn)) || vn < ST_ID_HEX + 2 ||
+		    !is_lower_hex(v, ST_ID_HEX) || v[ST_ID_HEX] != ' ' ||
+		    !parse_u64(v + ST_ID_HEX + 1, vn - ST_ID_HEX - 1, &m->base_entries))
+			return al_error_set(err, -EBADMSG, "manifest line %zu: expected "
+					    "\"base <checkpoint id> <entries>\"", hl);
+		memcpy(m->base, v, ST_ID_HEX);
+		hl++;
+	}
+	if ((size_t)(lr.end - lr.p) > 6 && memcmp(lr.p, "lower ", 6) == 0) {
+		if (!(v = header_value(&lr, "lower", &vn)) || vn != ST_ID_HEX || !is_lower_hex(v, vn))
 			return al_error_set(err, -EBADMSG,
-					    "manifest line 5: expected \"base <checkpoint id>\"");
-		memcpy(m->base, v, vn);
+					    "manifest line %zu: expected \"lower <checkpoint id>\"", hl);
+		memcpy(m->lower, v, vn);
 		hl++;
 	}
 

@@ -11,7 +11,10 @@
  *   tenant <tenant>
  *   session <session>                 [a-zA-Z0-9._-]{1,64}
  *   parent <checkpoint id | ->
- *   base <checkpoint id>              only in a delta (below)
+ *   base <checkpoint id> <entries>    only in a delta (below): its base, and
+ *                                     how many entries the base has
+ *   lower <checkpoint id>             a layered snapshot's lower layer
+ *                                     (docs/checkpoints.md); optional
  *   created <unix seconds>
  *   entries <count>
  *   d <mode> <mtime_ns> <path>
@@ -86,6 +89,10 @@ struct st_manifest {
 	/* A delta's base ("" in a full manifest). After st_manifest_apply the
 	 * entries are the whole tree and base still names where it came from. */
 	char base[ST_ID_HEX + 1];
+	uint64_t base_entries; /* a delta's: the count of its base's entries */
+	/* The checkpoint a layered snapshot's lower directory was restored
+	 * from ("" when none): GC keeps it while this one stays. */
+	char lower[ST_ID_HEX + 1];
 	bool applied;
 	uint64_t declared; /* parsed: the count of its "entries" line */
 	int64_t created;
@@ -134,6 +141,16 @@ void st_manifest_free(struct st_manifest *m);
 int st_manifest_apply(struct st_manifest *base, struct st_manifest *delta,
 		      const struct st_manifest_limits *limits, struct st_manifest **ret,
 		      struct al_error *err);
+
+/*
+ * A set of paths (borrowed: they must outlive it), to ask whether one of
+ * them is an ancestor of a path in time linear in that path's length.
+ */
+struct st_pathset;
+int st_pathset_new(size_t expect, struct st_pathset **ret);
+int st_pathset_add(struct st_pathset *s, const char *path);
+bool st_pathset_has_ancestor(const struct st_pathset *s, const char *path);
+void st_pathset_free(struct st_pathset *s); /* accepts NULL */
 
 /* The checkpoint id of manifest text: SHA-256 hex. */
 void st_manifest_id(const char *text, size_t len, char out[ST_ID_HEX + 1]);

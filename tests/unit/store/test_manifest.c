@@ -745,7 +745,7 @@ static struct st_manifest *parse_text(const char *body)
 }
 
 #define DELTA_HEADER(n)                                                                    \
-	"airlock-manifest 1\ntenant acme\nsession s-2\nparent -\nbase " ID1 "\ncreated 1\n" \
+	"airlock-manifest 1\ntenant acme\nsession s-2\nparent -\nbase " ID1 " 8\ncreated 1\n" \
 	"entries " n "\n"
 #define C1 "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 
