@@ -434,20 +434,6 @@ static int make_parents(struct import *im, const char *path, int64_t mtime_ns, s
 	return 0;
 }
 
-static int push_chunk(struct st_entry *e, size_t *cap, const struct st_id *id)
-{
-	if (e->n_chunks == *cap) {
-		size_t nc = *cap ? *cap * 2 : 4;
-		struct st_id *n = realloc(e->chunks, nc * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		e->chunks = n;
-		*cap = nc;
-	}
-	e->chunks[e->n_chunks++] = *id;
-	return 0;
-}
-
 /* Reads the current entry's data into chunks, holding the byte limit as it
  * goes; the data must be exactly the declared size. */
 static int read_data(struct import *im, const char *raw, uint64_t declared, struct st_entry *e,
@@ -493,7 +479,7 @@ static int read_data(struct import *im, const char *raw, uint64_t declared, stru
 				im->rep.chunks_new++;
 				im->rep.bytes_new += cut;
 			}
-			if (push_chunk(e, &cap, &id) < 0)
+			if (st_entry_push_chunk(e, &cap, &id) < 0)
 				return al_error_set(err, -ENOMEM, "out of memory");
 			off += cut;
 			total += cut;

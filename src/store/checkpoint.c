@@ -665,20 +665,6 @@ static int add_entry(struct walk *w, struct st_entry *e)
 }
 
 
-static int push_chunk(struct st_entry *e, size_t *cap, const struct st_id *id)
-{
-	if (e->n_chunks == *cap) {
-		size_t nc = *cap ? *cap * 2 : 4;
-		struct st_id *n = realloc(e->chunks, nc * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		e->chunks = n;
-		*cap = nc;
-	}
-	e->chunks[e->n_chunks++] = *id;
-	return 0;
-}
-
 /* Reads a regular file in content-defined chunks into the store: sets
  * e's size and chunks. */
 static int read_file(struct chunk_sink *s, int fd, const char *path, struct st_entry *e,
@@ -715,7 +701,7 @@ static int read_file(struct chunk_sink *s, int fd, const char *path, struct st_e
 				s->chunks_new++;
 				s->bytes_new += cut;
 			}
-			rc = push_chunk(e, &cap, &id);
+			rc = st_entry_push_chunk(e, &cap, &id);
 			if (rc < 0)
 				return al_error_set(err, rc, "out of memory");
 			off += cut;
@@ -1069,6 +1055,17 @@ static int layer_opaque(bool user, int fd, const char *path, struct al_error *er
 	return n > 0 && n < (ssize_t)sizeof(v) && strcmp(v, "y") == 0;
 }
 
+/* An "x" entry: path, and what the lower layer has below it, are gone. */
+static int add_whiteout(struct walk *w, const char *path, struct al_error *err)
+{
+	struct st_entry e = { .type = ST_WHITEOUT, .path = strdup(path) };
+	if (!e.path || add_entry(w, &e) < 0) {
+		free(e.path);
+		return al_error_set(err, -ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
 static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		    struct al_error *err)
 {
@@ -1113,12 +1110,9 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 				break;
 			}
 			if (k == 1) {
-				e = (struct st_entry){ .type = ST_WHITEOUT, .path = strdup(path) };
-				if (!e.path || add_entry(w, &e) < 0) {
-					free(e.path);
-					rc = al_error_set(err, -ENOMEM, "out of memory");
+				rc = add_whiteout(w, path, err);
+				if (rc < 0)
 					break;
-				}
 				continue;
 			}
 		}
@@ -1150,14 +1144,8 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 					     w->o->ud);
 			/* In an upper layer it still hides what the lower one has
 			 * there: the merged view shows no such file either. */
-			if (w->layer) {
-				e = (struct st_entry){ .type = ST_WHITEOUT, .path = strdup(path) };
-				if (!e.path || add_entry(w, &e) < 0) {
-					free(e.path);
-					rc = al_error_set(err, -ENOMEM, "out of memory");
-					break;
-				}
-			}
+			if (w->layer && (rc = add_whiteout(w, path, err)) < 0)
+				break;
 			continue;
 		}
 		if (rc < 0) {
@@ -1389,16 +1377,6 @@ static int compose(struct st_entry *lops, size_t nl, struct st_entry *up, size_t
 	return 0;
 }
 
-static void entries_release(struct st_entry *e, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		free(e[i].path);
-		free(e[i].target);
-		free(e[i].chunks);
-	}
-	free(e);
-}
-
 int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 		struct st_snapshot_result *ret, struct al_error *err)
 {
@@ -1505,7 +1483,7 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 		if (rc < 0) {
 			rc = al_error_set(err, rc, "out of memory");
 		} else {
-			entries_release(w.entries, w.n);
+			st_entries_free(w.entries, w.n);
 			w.entries = d;
 			w.n = nd;
 			const struct layer_head lh = {
@@ -1519,7 +1497,7 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	} else if (rc == 0) {
 		rc = commit(r, o->session, parent, NULL, w.entries, w.n, now, &w.cache, ret->id, err);
 	}
-	entries_release(w.entries, w.n);
+	st_entries_free(w.entries, w.n);
 	st_manifest_free(prev);
 	st_manifest_free(lower);
 	buf_free(&w.cache);

@@ -324,6 +324,20 @@ static const char *check_delta_entry(const struct st_entry *entries, size_t i,
 	return NULL;
 }
 
+int st_entry_push_chunk(struct st_entry *e, size_t *cap, const struct st_id *id)
+{
+	if (e->n_chunks == *cap) {
+		size_t nc = *cap ? *cap * 2 : 4;
+		struct st_id *n = realloc(e->chunks, nc * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		e->chunks = n;
+		*cap = nc;
+	}
+	e->chunks[e->n_chunks++] = *id;
+	return 0;
+}
+
 /* ---- path sets ---- */
 
 struct pathset_slot {
@@ -431,7 +445,7 @@ bool st_pathset_has_ancestor(const struct st_pathset *s, const char *path)
 
 /* ---- applying a delta ---- */
 
-static void entries_free(struct st_entry *entries, size_t n)
+void st_entries_free(struct st_entry *entries, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		free(entries[i].path);
@@ -445,7 +459,7 @@ void st_manifest_free(struct st_manifest *m)
 {
 	if (!m)
 		return;
-	entries_free(m->entries, m->n_entries);
+	st_entries_free(m->entries, m->n_entries);
 	free(m);
 }
 
@@ -537,7 +551,7 @@ int st_manifest_apply(struct st_manifest *base, struct st_manifest *delta,
 			entry_free(&out[k]);
 		return rc;
 	}
-	entries_free(d->entries, d->n_entries); /* all moved out or freed: the arrays */
+	st_entries_free(d->entries, d->n_entries); /* all moved out or freed: the arrays */
 	d->entries = TAKE_PTR(out);
 	d->n_entries = n;
 	d->applied = true;

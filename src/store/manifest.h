@@ -130,6 +130,10 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 		      struct st_manifest **ret, struct al_error *err);
 
 void st_manifest_free(struct st_manifest *m);
+/* Frees n entries (their paths, targets and chunk ids) and the array. */
+void st_entries_free(struct st_entry *entries, size_t n);
+/* Appends a chunk id to a file entry; *cap: the room in e->chunks. */
+int st_entry_push_chunk(struct st_entry *e, size_t *cap, const struct st_id *id);
 
 /*
  * The tree of delta (a parsed delta manifest) over base (a parsed full
