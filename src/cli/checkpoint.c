@@ -31,7 +31,8 @@ static const char usage[] =
 	"       airlock checkpoint diff A B [--names-only]\n"
 	"       airlock checkpoint ls ID\n"
 	"       airlock checkpoint latest [--session S]\n"
-	"       airlock checkpoint gc [--keep-last K] [--keep-days N] [--dry-run]\n"
+	"       airlock checkpoint gc [--keep-last K] [--keep-days N] [--max-unused PCT]\n"
+	"                                      [--dry-run]   (PCT: rewrite packs more unused; 10)\n"
 	"       airlock checkpoint export ID -o FILE.tar   (-o -: standard output)\n"
 	"       airlock checkpoint import FILE.tar [--session S] [--max-bytes SIZE]\n"
 	"                                      [--max-files N] [--max-depth N]   prints the id\n"
@@ -417,11 +418,11 @@ static int do_import(struct copts *o)
 	return 0;
 }
 
-/* gc takes --keep-last K, --keep-days N and --dry-run besides the common
+/* gc takes --keep-last K, --keep-days N, --max-unused PCT and --dry-run besides the common
  * options; AIRLOCK_GC_NOW (unix seconds) stands in for the clock (tests). */
 static int do_gc(int argc, char **argv)
 {
-	struct st_gc_opts go = { 0 };
+	struct st_gc_opts go = { .repack = true, .max_unused_pct = ST_GC_MAX_UNUSED_DEFAULT };
 	_cleanup_free_ char **rest = calloc((size_t)argc + 1, sizeof(*rest));
 	if (!rest)
 		return cli_fail("out of memory");
@@ -433,6 +434,12 @@ static int do_gc(int argc, char **argv)
 			if (i + 1 >= argc || parse_u64(argv[i + 1], &v) < 0 || v > 1000000)
 				return cli_fail("%s wants a count", argv[i]);
 			*(last ? &go.keep_last : &go.keep_days) = (unsigned)v;
+			i++;
+		} else if (i > 0 && strcmp(argv[i], "--max-unused") == 0) {
+			uint64_t v;
+			if (i + 1 >= argc || parse_u64(argv[i + 1], &v) < 0 || v > 100)
+				return cli_fail("--max-unused wants a percentage from 0 to 100");
+			go.max_unused_pct = (unsigned)v;
 			i++;
 		} else if (i > 0 && strcmp(argv[i], "--dry-run") == 0) {
 			go.dry_run = true;
@@ -452,7 +459,8 @@ static int do_gc(int argc, char **argv)
 	if (rc)
 		return rc;
 	if (o.n_args != 0)
-		return cli_fail("usage: airlock checkpoint gc [--keep-last K] [--keep-days N] [--dry-run]");
+		return cli_fail("usage: airlock checkpoint gc [--keep-last K] [--keep-days N] "
+				"[--max-unused PCT] [--dry-run]");
 	struct st_repo *r = NULL;
 	rc = open_repo(&o, false, &r);
 	if (rc)
@@ -465,11 +473,12 @@ static int do_gc(int argc, char **argv)
 		return cli_fail("%s", al_error_message(&err));
 	printf("gc%s: %" PRIu64 " checkpoints deleted, %" PRIu64 " kept; %" PRIu64
 	       " manifests deleted; %" PRIu64 " packs deleted, %" PRIu64
-	       " without an index deleted, %" PRIu64 " kept (%" PRIu64 " partly used); %" PRIu64
-	       " temp files deleted; %" PRIu64 " bytes freed\n",
+	       " without an index deleted, %" PRIu64 " kept (%" PRIu64 " partly used), %" PRIu64
+	       " rewritten; %" PRIu64 " temp files deleted; %" PRIu64 " bytes freed\n",
 	       go.dry_run ? " (dry run, nothing deleted)" : "", res.checkpoints_deleted,
 	       res.checkpoints_kept, res.manifests_deleted, res.packs_deleted, res.packs_orphan,
-	       res.packs_kept, res.packs_partial, res.temp_deleted, res.bytes_freed);
+	       res.packs_kept, res.packs_partial, res.packs_repacked, res.temp_deleted,
+	       res.bytes_freed);
 	return 0;
 }
 

@@ -163,7 +163,11 @@ static la_ssize_t out_write(struct archive *a, void *ud, const void *data, size_
 int st_export_tar(struct st_repo *r, const char *id, int out_fd, struct al_error *err)
 {
 	struct st_manifest *m = NULL;
-	int rc = st_manifest_load(r, id, NULL, &m, err);
+	/* Shared, like a snapshot: GC (which may rewrite packs) waits. */
+	_cleanup_close_ int lock = -1;
+	int rc = st_repo_lock_writer(r, &lock, err);
+	if (rc == 0)
+		rc = st_manifest_load(r, id, NULL, &m, err);
 	if (rc < 0)
 		return rc;
 	struct archive *a = archive_write_new();

@@ -367,8 +367,8 @@ void st_cas_close(struct st_cas *c)
 
 DEFINE_CLEANUP_FUNC(struct st_cas, st_cas_close)
 
-int st_cas_open(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
-		struct al_error *err)
+static int cas_open(struct st_objstore *os, const char *tenant, int level, bool read_index,
+		    struct st_cas **ret, struct al_error *err)
 {
 	if (!st_tenant_valid(tenant))
 		return al_error_set(err, -EINVAL, "chunk store: invalid tenant name '%.*s'",
@@ -398,13 +398,39 @@ int st_cas_open(struct st_objstore *os, const char *tenant, int level, struct st
 	char prefix[ST_KEY_MAX + 1];
 	int n = snprintf(prefix, sizeof(prefix), "tenants/%s/index/", tenant);
 	struct load_ctx l = { .c = c, .err = err, .prefix_len = (size_t)n };
-	int r = st_obj_list(os, prefix, load_one, &l, err);
+	int r = read_index ? st_obj_list(os, prefix, load_one, &l, err) : 0;
 	if (r < 0)
 		return al_error_set(err, r, "chunk store of tenant %s: cannot list %s", tenant,
 				    prefix);
 	c->open_first = c->n_recs;
 	*ret = TAKE_PTR(c);
 	return 0;
+}
+
+int st_cas_open(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
+		struct al_error *err)
+{
+	return cas_open(os, tenant, level, true, ret, err);
+}
+
+int st_cas_open_empty(struct st_objstore *os, const char *tenant, int level,
+		      struct st_cas **ret, struct al_error *err)
+{
+	return cas_open(os, tenant, level, false, ret, err);
+}
+
+const char *st_cas_owner(const struct st_cas *c, const struct st_id *id)
+{
+	size_t pos = lookup(c, id);
+	if (pos == SIZE_MAX || c->locs[pos].pack >= c->n_packs)
+		return NULL;
+	return c->packs[c->locs[pos].pack].hex;
+}
+
+uint32_t st_cas_stored_len(const struct st_cas *c, const struct st_id *id)
+{
+	size_t pos = lookup(c, id);
+	return pos == SIZE_MAX ? 0 : REC_HDR + c->locs[pos].clen;
 }
 
 void st_cas_set_pack_target(struct st_cas *c, size_t bytes)

@@ -43,6 +43,15 @@ struct st_cas;
 int st_cas_open(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
 		struct al_error *err);
 void st_cas_close(struct st_cas *c); /* does not seal: call st_cas_flush first */
+/* A chunk store that knows none of the tenant's packs: every chunk put is
+ * stored again, in new packs (GC rewrites partly used packs with it). */
+int st_cas_open_empty(struct st_objstore *os, const char *tenant, int level,
+		      struct st_cas **ret, struct al_error *err);
+/* The sealed pack a chunk is read from (the first indexed, should two
+ * hold it: a crash while GC rewrote a pack), or NULL. */
+const char *st_cas_owner(const struct st_cas *c, const struct st_id *id);
+/* The bytes a chunk takes in its pack (record and frame), 0 if absent. */
+uint32_t st_cas_stored_len(const struct st_cas *c, const struct st_id *id);
 
 /* Seals packs once this large instead of ST_PACK_TARGET (clamped to it),
  * for tests that want several packs without writing 32 MiB. */

@@ -1808,6 +1808,11 @@ int st_restore(struct st_repo *r, const char *id, const char *dir,
 	int rc = st_threads(&threads, err);
 	if (rc < 0)
 		return rc;
+	/* Shared, like a snapshot: GC (which may rewrite packs) waits. */
+	_cleanup_close_ int lock = -1;
+	rc = st_repo_lock_writer(r, &lock, err);
+	if (rc < 0)
+		return rc;
 	struct st_manifest *m = NULL;
 	rc = st_manifest_load(r, id, limits, &m, err);
 	if (rc < 0)
@@ -1885,7 +1890,11 @@ int st_diff(struct st_repo *r, const char *a, const char *b, bool with_text, str
 	    struct al_error *err)
 {
 	struct st_manifest *ma = NULL, *mb = NULL;
-	int rc = st_manifest_load(r, a, NULL, &ma, err);
+	_cleanup_close_ int lock = -1;
+	int rc = with_text ? st_repo_lock_writer(r, &lock, err) : 0;
+	if (rc < 0)
+		return rc;
+	rc = st_manifest_load(r, a, NULL, &ma, err);
 	if (rc == 0)
 		rc = st_manifest_load(r, b, NULL, &mb, err);
 	size_t i = 0, j = 0;

@@ -29,6 +29,14 @@
 #define INDEX_PACK_SIZE_OFF 16 /* after the 16-byte magic: u64 pack size (cas.c) */
 #define NS_PER_SEC 1000000000ll
 
+/* A partly used pack to rewrite: its referenced chunks go to new packs. */
+struct repack {
+	char hex[ST_ID_HEX + 1];
+	struct st_id *live;
+	size_t n_live;
+	uint64_t dead_bytes;
+};
+
 struct log_entry {
 	char *key;
 	char session[ST_SESSION_MAX + 1];
@@ -67,6 +75,10 @@ struct gc {
 
 	char (*dead)[ST_ID_HEX + 1]; /* unreferenced packs */
 	size_t n_dead, cap_dead;
+	const struct st_gc_opts *o;
+	struct st_cas *fresh; /* the chunk index read under the lock */
+	struct repack *repack; /* partly used packs to rewrite */
+	size_t n_repack, cap_repack;
 	char (*indexed)[ST_ID_HEX + 1]; /* every pack with an index */
 	size_t n_indexed, cap_indexed;
 	char (*orphans)[ST_ID_HEX + 1]; /* packs without one */
@@ -200,6 +212,10 @@ static void gc_free(struct gc *g)
 	free(g->dead);
 	free(g->indexed);
 	free(g->orphans);
+	for (size_t i = 0; i < g->n_repack; i++)
+		free(g->repack[i].live);
+	free(g->repack);
+	st_cas_close(g->fresh);
 }
 
 /* ---- retention ---- */
@@ -447,16 +463,47 @@ static int mark(struct gc *g)
 
 /* ---- sweep ---- */
 
+/* Whether chunk i of a pack is referenced and read from this pack (a copy
+ * another pack also holds is garbage here). */
+static bool live_here(struct gc *g, const char *pack_hex, const struct st_id *id)
+{
+	const char *owner = st_cas_owner(g->fresh, id);
+	return idset_has(&g->marks, id) && owner && strcmp(owner, pack_hex) == 0;
+}
+
 static int on_pack(const char *pack_hex, const struct st_id *chunks, size_t n, void *ud)
 {
 	struct gc *g = ud;
 	size_t marked = 0;
 	for (size_t i = 0; i < n; i++)
-		marked += idset_has(&g->marks, &chunks[i]);
+		marked += live_here(g, pack_hex, &chunks[i]);
 	if (push_hex(&g->indexed, &g->n_indexed, &g->cap_indexed, pack_hex) < 0)
 		return -ENOMEM;
 	if (marked == 0)
 		return push_hex(&g->dead, &g->n_dead, &g->cap_dead, pack_hex);
+	if (marked < n && g->o->repack) {
+		uint64_t dead = 0, total = 0;
+		for (size_t i = 0; i < n; i++) {
+			uint64_t b = st_cas_stored_len(g->fresh, &chunks[i]);
+			total += b;
+			dead += live_here(g, pack_hex, &chunks[i]) ? 0 : b;
+		}
+		if (dead * 100 > (uint64_t)g->o->max_unused_pct * total) {
+			if (grow(&g->repack, &g->cap_repack, g->n_repack, sizeof(*g->repack)) < 0)
+				return -ENOMEM;
+			struct repack *rp = &g->repack[g->n_repack];
+			*rp = (struct repack){ .dead_bytes = dead };
+			memcpy(rp->hex, pack_hex, ST_ID_HEX + 1);
+			rp->live = malloc(marked * sizeof(*rp->live));
+			if (!rp->live)
+				return -ENOMEM;
+			for (size_t i = 0; i < n; i++)
+				if (live_here(g, pack_hex, &chunks[i]))
+					rp->live[rp->n_live++] = chunks[i];
+			g->n_repack++;
+			return 0;
+		}
+	}
 	g->res.packs_kept++;
 	if (marked < n)
 		g->res.packs_partial++;
@@ -478,12 +525,10 @@ static int plan_sweep(struct gc *g)
 {
 	/* Read afresh under the lock: the repository's own index may predate
 	 * packs written since it was opened. */
-	struct st_cas *cas = NULL;
-	int rc = st_cas_open(g->os, g->tenant, 3, &cas, g->err);
+	int rc = st_cas_open(g->os, g->tenant, 1, &g->fresh, g->err);
 	if (rc < 0)
 		return rc;
-	rc = st_cas_each_pack(cas, on_pack, g, g->err);
-	st_cas_close(cas);
+	rc = st_cas_each_pack(g->fresh, on_pack, g, g->err);
 	if (rc < 0)
 		return al_error_set(g->err, rc, "gc: out of memory");
 	hex_sort(g->indexed, g->n_indexed);
@@ -535,6 +580,59 @@ static int del_key(struct gc *g, const char *kind, const char *name)
 	return st_obj_del(g->os, key, g->err);
 }
 
+/*
+ * Rewrites the partly used packs chosen: their referenced chunks (read and
+ * verified) into new packs, sealed (pack, then index) before the old
+ * index, then the old pack, is deleted. A crash in between leaves chunks
+ * in two packs: reads use one of them (st_cas_owner), and the next run
+ * finds the copies in the other unused and collects them.
+ */
+static int repack_packs(struct gc *g, bool dry_run)
+{
+	if (g->n_repack == 0)
+		return 0;
+	struct st_cas *w = NULL;
+	int rc = dry_run ? 0 : st_cas_open_empty(g->os, g->tenant, 1, &w, g->err);
+	for (size_t i = 0; rc == 0 && i < g->n_repack; i++)
+		for (size_t k = 0; rc == 0 && !dry_run && k < g->repack[i].n_live; k++) {
+			void *data = NULL;
+			size_t len = 0;
+			rc = st_cas_get(g->fresh, &g->repack[i].live[k], &data, &len, g->err);
+			if (rc == 0)
+				rc = st_cas_put_id(w, &g->repack[i].live[k], data, len, NULL, g->err);
+			free(data);
+		}
+	if (rc == 0 && w)
+		rc = st_cas_flush(w, g->err);
+	uint64_t written = 0;
+	if (w) {
+		struct st_cas_stats st;
+		st_cas_stats(w, &st);
+		written = st.bytes_stored;
+		st_cas_close(w);
+	}
+	if (rc < 0)
+		return rc;
+	uint64_t old_bytes = 0;
+	for (size_t i = 0; i < g->n_repack; i++) {
+		uint64_t bytes = 0;
+		rc = dead_pack_bytes(g, g->repack[i].hex, &bytes);
+		if (rc == 0 && !dry_run)
+			rc = del_key(g, "index", g->repack[i].hex);
+		if (rc == 0 && !dry_run)
+			rc = del_key(g, "packs", g->repack[i].hex);
+		if (rc < 0)
+			return rc;
+		old_bytes += bytes;
+		g->res.packs_repacked++;
+		if (dry_run)
+			g->res.bytes_freed += g->repack[i].dead_bytes;
+	}
+	if (!dry_run && old_bytes > written)
+		g->res.bytes_freed += old_bytes - written;
+	return 0;
+}
+
 static int sweep(struct gc *g, bool dry_run)
 {
 	int rc;
@@ -545,6 +643,9 @@ static int sweep(struct gc *g, bool dry_run)
 	for (size_t i = 0; !dry_run && i < g->n_drop; i++)
 		if ((rc = del_key(g, "manifests", g->drop[i])) < 0)
 			return rc;
+	rc = repack_packs(g, dry_run);
+	if (rc < 0)
+		return rc;
 	/* Indexes before their packs. */
 	for (size_t i = 0; i < g->n_dead; i++) {
 		uint64_t bytes = 0;
@@ -578,7 +679,8 @@ static int sweep(struct gc *g, bool dry_run)
 int st_gc(struct st_repo *r, const struct st_gc_opts *o, struct st_gc_result *ret,
 	  struct al_error *err)
 {
-	struct gc g = { .r = r, .os = st_repo_objstore(r), .tenant = st_repo_tenant(r), .err = err };
+	struct gc g = { .r = r, .os = st_repo_objstore(r), .tenant = st_repo_tenant(r), .err = err,
+			.o = o };
 	_cleanup_close_ int lock = -1;
 	int rc = st_objstore_lock(g.os, true, &lock, err);
 	if (rc == 0)

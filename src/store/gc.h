@@ -39,7 +39,14 @@ struct st_gc_opts {
 	unsigned keep_days; /* checkpoints younger than this kept; 0: no age limit */
 	int64_t now;	    /* unix seconds; 0: the clock (tests pass their own) */
 	bool dry_run;	    /* count what would go; delete nothing */
+	/* Rewrite partly used packs whose unreferenced bytes are more than
+	 * max_unused_pct percent of them (0: any), so that their
+	 * unreferenced chunks go too. */
+	bool repack;
+	unsigned max_unused_pct;
 };
+
+#define ST_GC_MAX_UNUSED_DEFAULT 10
 
 struct st_gc_result {
 	uint64_t sessions;
@@ -48,6 +55,7 @@ struct st_gc_result {
 	uint64_t chunks_marked;
 	uint64_t packs_kept, packs_partial; /* partial: kept, some chunks unreferenced */
 	uint64_t packs_deleted;		    /* unreferenced packs with their indexes */
+	uint64_t packs_repacked;	    /* partly used packs rewritten (their live chunks) */
 	uint64_t packs_orphan;		    /* packs without an index, deleted */
 	uint64_t temp_deleted;
 	uint64_t bytes_freed; /* of packs and indexes (manifests and log entries not counted) */

@@ -637,6 +637,15 @@ int st_objstore_lock(struct st_objstore *s, bool exclusive, int *ret_fd, struct 
 	struct dir_store *d = to_dir(s);
 	_cleanup_close_ int fd = openat(d->root_fd, LOCK_NAME,
 					O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+	if (fd < 0 && !exclusive && (errno == EROFS || errno == EACCES)) {
+		/* A reader of a store it may not write: GC cannot run there
+		 * without the lock file, so a missing one means no GC. */
+		fd = openat(d->root_fd, LOCK_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+		if (fd < 0 && errno == ENOENT) {
+			*ret_fd = -1;
+			return 0;
+		}
+	}
 	if (fd < 0)
 		return al_error_set_errno(err, -errno, "object store %s: cannot open its lock",
 					  d->root);

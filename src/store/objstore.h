@@ -61,9 +61,12 @@ int st_objstore_sweep_temp(struct st_objstore *s, unsigned min_age_sec, struct a
 /*
  * The store's writer/collector lock. Writers (snapshot, commit, import) hold
  * it shared from before their first chunk is stored until their last
- * reference is written; GC holds it exclusive for its mark and sweep, so no
- * chunk of a write in flight is ever collected (see store/gc.h). On *ret_fd
- * it returns a descriptor to close to release the lock. Blocks until
+ * reference is written; readers of chunks (restore, export, diff) hold it
+ * shared too; GC holds it exclusive for its mark and sweep, so no chunk of
+ * a write in flight is ever collected and no pack is rewritten under a
+ * reader (see store/gc.h). On *ret_fd it returns a descriptor to close to
+ * release the lock (-1: a shared lock on a store this process may not
+ * write and that has no lock file, where no GC can run). Blocks until
  * granted.
  *
  * Directory backend: flock(2) on "<root>/.lock" (created 0600), so it works

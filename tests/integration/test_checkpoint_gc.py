@@ -16,7 +16,7 @@ SUMMARY = re.compile(
     rb"gc(?P<dry> \(dry run, nothing deleted\))?: (?P<cdel>\d+) checkpoints deleted, "
     rb"(?P<ckept>\d+) kept; (?P<mdel>\d+) manifests deleted; (?P<pdel>\d+) packs deleted, "
     rb"(?P<porphan>\d+) without an index deleted, (?P<pkept>\d+) kept "
-    rb"\((?P<ppart>\d+) partly used\); (?P<tmp>\d+) temp files deleted; "
+    rb"\((?P<ppart>\d+) partly used\), (?P<prep>\d+) rewritten; (?P<tmp>\d+) temp files deleted; "
     rb"(?P<bytes>\d+) bytes freed\n$")
 
 
@@ -137,11 +137,25 @@ def test_shared_chunk_survives(store, tmp_path):
     (ws / "own").write_bytes(secrets.token_bytes(100_000))
     new, _ = store.create(ws)
     want = tree(ws)
-    r = gc(store, "--keep-last", "1")
-    # The old checkpoint's pack holds the shared chunks: kept, partly used.
-    assert (r["cdel"], r["pdel"], r["pkept"], r["ppart"]) == (1, 0, 2, 1), r
+    # The old checkpoint's pack holds the shared chunks; with a fifth of it
+    # unused, it is kept as it is under --max-unused 30 ...
+    r = gc(store, "--keep-last", "1", "--max-unused", "30")
+    assert (r["cdel"], r["pdel"], r["pkept"], r["ppart"], r["prep"]) == (1, 0, 2, 1, 0), r
     restore_fails(store, tmp_path, old, "old")
     restores(store, tmp_path, new, want, "new")
+    # ... and rewritten by default (10%): the shared chunks move to a new
+    # pack, the unreferenced one is gone from every index.
+    before = sum(os.path.getsize(tenant_dir(store) / "packs" / k) for k in names(store, "packs"))
+    dry = gc(store, "--dry-run")
+    assert (dry["prep"], dry["ppart"]) == (1, 0), dry
+    r = gc(store)
+    assert (r["pdel"], r["pkept"], r["ppart"], r["prep"]) == (0, 1, 0, 1), r
+    after = sum(os.path.getsize(tenant_dir(store) / "packs" / k) for k in names(store, "packs"))
+    assert before - after >= 100_000 and r["bytes"] >= 100_000, (before, after, r)
+    restores(store, tmp_path, new, want, "new-after-rewrite")
+    # The rewritten pack is whole: nothing more to do.
+    r = gc(store)
+    assert (r["pkept"], r["ppart"], r["prep"], r["pdel"]) == (2, 0, 0, 0), r
 
 
 def test_unreferenced_pack_removed_and_bytes_counted(store, tmp_path):
@@ -259,3 +273,30 @@ def test_gc_waits_for_snapshot_in_flight(store, tmp_path):
     assert store("latest", check=True).stdout.decode().strip() == new
     restore_fails(store, tmp_path, old, "old")
     restores(store, tmp_path, new, tree(ws), "new")
+
+
+@pytest.mark.parametrize("with_lock_file", [True, False])
+def test_restore_from_a_read_only_store(store, tmp_path, with_lock_file):
+    """Readers take the store's lock shared (GC may rewrite packs); a store
+    mounted read-only still restores, with its lock file or without."""
+    ws = tmp_path / "ws"
+    make_workspace(ws)
+    cid, _ = store.create(ws)
+    if not with_lock_file:
+        os.remove(store.dir / ".lock")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "--bind", str(store.dir), str(ro)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=True)
+        out = tmp_path / "out"
+        p = store("restore", cid, "--to", str(out), "--store", str(ro))
+        assert p.returncode == 0, p
+        assert tree(out) == tree(ws)
+        p = store("export", cid, "-o", str(tmp_path / "x.tar"), "--store", str(ro))
+        assert p.returncode == 0, p
+        # GC cannot run there, and says why.
+        p = store("gc", "--store", str(ro))
+        assert p.returncode == 125 and b"lock" in p.stderr, p
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)

@@ -1044,6 +1044,68 @@ static void test_bad_manifest_deletes_nothing(void **state)
 	st_repo_close(r);
 }
 
+struct copy_ctx {
+	struct st_cas *from, *to;
+};
+
+/* st_cas_each_pack: stores every chunk of a pack again, into cc->to. */
+static int copy_chunks(const char *hex, const struct st_id *chunks, size_t n, void *ud)
+{
+	struct copy_ctx *cc = ud;
+	(void)hex;
+	for (size_t i = n; i-- > 0;) { /* in reverse: another pack, not the same bytes */
+		void *data = NULL;
+		size_t len = 0;
+		if (st_cas_get(cc->from, &chunks[i], &data, &len, NULL) < 0)
+			return -EIO;
+		int r = st_cas_put_id(cc->to, &chunks[i], data, len, NULL, NULL);
+		free(data);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* A pack rewritten while GC was killed: its chunks are in two packs. Reads
+ * still work; the next GC collects the copies and keeps every checkpoint. */
+static void test_rewrite_and_a_crash_in_between(void **state)
+{
+	(void)state;
+	struct st_repo *r = repo_open();
+	char ws[PATH_LEN], id[ST_ID_HEX + 1];
+	make_ws("s0", 0, ws);
+	snap_at(r, ws, "s", 0, 0, id);
+	struct names packs = list_keys(r, "packs");
+	assert_int_equal(packs.n, 1);
+
+	/* The crash state: every chunk of the pack stored again, in a new
+	 * pack, as a rewrite does before it deletes the old one. */
+	struct st_cas *fresh = NULL, *w = NULL;
+	struct al_error err = { 0 };
+	struct st_objstore *os = st_repo_objstore(r);
+	assert_int_equal(st_cas_open(os, TENANT, 1, &fresh, &err), 0);
+	assert_int_equal(st_cas_open_empty(os, TENANT, 1, &w, &err), 0);
+	struct copy_ctx cc = { fresh, w };
+	assert_int_equal(st_cas_each_pack(fresh, copy_chunks, &cc, &err), 0);
+	assert_int_equal(st_cas_flush(w, &err), 0);
+	st_cas_close(w);
+	st_cas_close(fresh);
+	assert_int_equal(count_keys(r, "packs"), 2);
+	r = repo_reopen(r);
+	restores_as(r, id, ws);
+
+	/* The next GC: one copy of each chunk is garbage; one pack goes. */
+	struct st_gc_opts o = { .repack = true };
+	struct st_gc_result res = gc_ok(r, o);
+	EXPECT(res, packs_deleted, 1);
+	EXPECT(res, packs_repacked, 0);
+	assert_int_equal(count_keys(r, "packs"), 1);
+	r = repo_reopen(r);
+	restores_as(r, id, ws);
+	free(packs.v);
+	st_repo_close(r);
+}
+
 /* Crash leftovers: packs without an index and old temp files go. */
 static void test_orphans_and_temp_files(void **state)
 {
@@ -1231,6 +1293,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sweep_by_reference, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_manifest_deletes_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_orphans_and_temp_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rewrite_and_a_crash_in_between, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_delta_keeps_base, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
