@@ -34,7 +34,7 @@ struct repack {
 	char hex[ST_ID_HEX + 1];
 	struct st_id *live;
 	size_t n_live;
-	uint64_t dead_bytes;
+	uint64_t live_bytes; /* what its referenced chunks take */
 };
 
 struct log_entry {
@@ -492,7 +492,7 @@ static int on_pack(const char *pack_hex, const struct st_id *chunks, size_t n, v
 			if (grow(&g->repack, &g->cap_repack, g->n_repack, sizeof(*g->repack)) < 0)
 				return -ENOMEM;
 			struct repack *rp = &g->repack[g->n_repack];
-			*rp = (struct repack){ .dead_bytes = dead };
+			*rp = (struct repack){ .live_bytes = total - dead };
 			memcpy(rp->hex, pack_hex, ST_ID_HEX + 1);
 			rp->live = malloc(marked * sizeof(*rp->live));
 			if (!rp->live)
@@ -626,9 +626,9 @@ static int repack_packs(struct gc *g, bool dry_run)
 		old_bytes += bytes;
 		g->res.packs_repacked++;
 		if (dry_run)
-			g->res.bytes_freed += g->repack[i].dead_bytes;
+			written += g->repack[i].live_bytes; /* what the rewrite would store */
 	}
-	if (!dry_run && old_bytes > written)
+	if (old_bytes > written)
 		g->res.bytes_freed += old_bytes - written;
 	return 0;
 }
@@ -643,10 +643,9 @@ static int sweep(struct gc *g, bool dry_run)
 	for (size_t i = 0; !dry_run && i < g->n_drop; i++)
 		if ((rc = del_key(g, "manifests", g->drop[i])) < 0)
 			return rc;
-	rc = repack_packs(g, dry_run);
-	if (rc < 0)
-		return rc;
-	/* Indexes before their packs. */
+	/* Indexes before their packs. Dead packs and orphans go before any
+	 * pack is rewritten: a rewrite may make a pack of the very bytes (so
+	 * the name) of one of them, left by a GC killed while rewriting. */
 	for (size_t i = 0; i < g->n_dead; i++) {
 		uint64_t bytes = 0;
 		rc = dead_pack_bytes(g, g->dead[i], &bytes);
@@ -667,6 +666,9 @@ static int sweep(struct gc *g, bool dry_run)
 			return rc;
 		g->res.packs_orphan++;
 	}
+	rc = repack_packs(g, dry_run);
+	if (rc < 0)
+		return rc;
 	if (!dry_run) {
 		rc = st_objstore_sweep_temp(g->os, ST_GC_TEMP_AGE_SEC, g->err);
 		if (rc < 0)
