@@ -166,18 +166,33 @@ struct check_state {
 	uint64_t bytes;	    /* sum of file sizes so far */
 };
 
-/*
- * The rules on entry i of a decoded tree, entries 0..i-1 having passed
- * them: NULL when it is fine, else why not.
- */
-static const char *check_entry(const struct st_entry *entries, size_t i, struct check_state *st)
+/* Binary search of entries[0..n) for the path p[0..plen). */
+static const struct st_entry *find_n(const struct st_entry *entries, size_t n, const char *p,
+				     size_t plen)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = cmp_path_n(entries[mid].path, p, plen);
+		if (c == 0)
+			return &entries[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* The rules on entry i's path (grammar, depth, order after entry i-1). */
+static const char *check_path(const struct st_entry *entries, size_t i,
+			      const struct check_state *st)
 {
 	const struct st_entry *e = &entries[i];
 	const char *why = NULL;
 	if (!e->path)
 		return "no path";
-	size_t n = strlen(e->path);
-	size_t depth = path_depth(e->path, n, &why);
+	size_t depth = path_depth(e->path, strlen(e->path), &why);
 	if (depth == 0)
 		return why;
 	if (depth > st->max_depth)
@@ -186,38 +201,30 @@ static const char *check_entry(const struct st_entry *entries, size_t i, struct 
 		return st_path_cmp(entries[i - 1].path, e->path) == 0 ?
 			       "duplicate path" :
 			       "not sorted after the previous path";
+	return NULL;
+}
 
-	/* The parent sorts before its children, so when present it is among
-	 * the entries before this one, which are sorted: a binary search.
-	 * (Not a stack of open directories: "a" < "a-b" < "a/b" puts other
-	 * names between a directory and its children.) By induction every
-	 * ancestor is then a directory. */
-	const char *slash = strrchr(e->path, '/');
-	if (slash) {
-		size_t plen = (size_t)(slash - e->path), lo = 0, hi = i;
-		const struct st_entry *parent = NULL;
-		while (lo < hi) {
-			size_t mid = lo + (hi - lo) / 2;
-			int c = cmp_path_n(entries[mid].path, e->path, plen);
-			if (c == 0) {
-				parent = &entries[mid];
-				break;
-			}
-			if (c < 0)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-		if (!parent)
-			return "parent directory not listed before it";
-		if (parent->type == ST_SYMLINK)
-			return "below a symlink";
-		if (parent->type != ST_DIR)
-			return "below a file";
-	}
+/* The parent of entry i among entries 0..i-1, or NULL. It sorts before its
+ * children, so when present it is among the entries before, which are
+ * sorted: a binary search. (Not a stack of open directories: "a" < "a-b" <
+ * "a/b" puts other names between a directory and its children.) *top is
+ * set when the path has no parent (a top-level entry). */
+static const struct st_entry *parent_of(const struct st_entry *entries, size_t i, bool *top)
+{
+	const char *slash = strrchr(entries[i].path, '/');
+	*top = !slash;
+	return slash ? find_n(entries, i, entries[i].path, (size_t)(slash - entries[i].path)) :
+		       NULL;
+}
 
+/* The rules of an entry's type and fields; files add their size to st
+ * (checked against its byte limit when count_bytes). */
+static const char *check_fields(const struct st_entry *e, struct check_state *st,
+				bool count_bytes)
+{
 	switch (e->type) {
 	case ST_DIR:
+	case ST_OPAQUE:
 		break;
 	case ST_FILE:
 		if (e->size == 0 && e->n_chunks != 0)
@@ -232,6 +239,8 @@ static const char *check_entry(const struct st_entry *entries, size_t i, struct 
 			if (!e->chunks)
 				return "no chunk ids";
 		}
+		if (!count_bytes)
+			break;
 		if (st->max_bytes && e->size > st->max_bytes - st->bytes)
 			return "files add up to more than the byte limit";
 		if (e->size > UINT64_MAX - st->bytes)
@@ -252,76 +261,50 @@ static const char *check_entry(const struct st_entry *entries, size_t i, struct 
 	return NULL;
 }
 
-/* Binary search of entries[0..n) for the path p[0..plen). */
-static const struct st_entry *find_n(const struct st_entry *entries, size_t n, const char *p,
-				     size_t plen)
+/*
+ * The rules on entry i of a decoded tree, entries 0..i-1 having passed
+ * them: NULL when it is fine, else why not. By induction every ancestor of
+ * an entry is a directory.
+ */
+static const char *check_entry(const struct st_entry *entries, size_t i, struct check_state *st)
 {
-	size_t lo = 0, hi = n;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = cmp_path_n(entries[mid].path, p, plen);
-		if (c == 0)
-			return &entries[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
+	const char *why = check_path(entries, i, st);
+	if (why)
+		return why;
+	if (entries[i].type == ST_OPAQUE || entries[i].type == ST_WHITEOUT)
+		return "unknown entry type"; /* delta records */
+	bool top;
+	const struct st_entry *parent = parent_of(entries, i, &top);
+	if (!top && !parent)
+		return "parent directory not listed before it";
+	if (parent && parent->type == ST_SYMLINK)
+		return "below a symlink";
+	if (parent && parent->type != ST_DIR)
+		return "below a file";
+	return check_fields(&entries[i], st, true);
 }
 
 /*
  * The rules on entry i of a delta, entries 0..i-1 having passed them: those
  * of check_entry, except that a parent may be in the base (checked when the
- * delta is applied) and that "o" and "x" records are allowed.
+ * delta is applied), that "o" and "x" records are allowed, and that the
+ * byte limit is the applied tree's.
  */
 static const char *check_delta_entry(const struct st_entry *entries, size_t i,
 				     struct check_state *st)
 {
-	const struct st_entry *e = &entries[i];
-	const char *why = NULL;
-	if (!e->path)
-		return "no path";
-	size_t depth = path_depth(e->path, strlen(e->path), &why);
-	if (depth == 0)
+	const char *why = check_path(entries, i, st);
+	if (why)
 		return why;
-	if (depth > st->max_depth)
-		return "deeper than the limit";
-	if (i > 0 && st_path_cmp(entries[i - 1].path, e->path) >= 0)
-		return st_path_cmp(entries[i - 1].path, e->path) == 0 ?
-			       "duplicate path" :
-			       "not sorted after the previous path";
-	const char *slash = strrchr(e->path, '/');
-	if (slash) {
-		const struct st_entry *parent =
-			find_n(entries, i, e->path, (size_t)(slash - e->path));
-		if (parent && parent->type != ST_DIR && parent->type != ST_OPAQUE)
-			return parent->type == ST_SYMLINK ? "below a symlink" :
-			       parent->type == ST_WHITEOUT ? "below a removed path" :
-							      "below a file";
-	}
-	switch (e->type) {
-	case ST_WHITEOUT:
+	bool top;
+	const struct st_entry *parent = parent_of(entries, i, &top);
+	if (parent && parent->type != ST_DIR && parent->type != ST_OPAQUE)
+		return parent->type == ST_SYMLINK ? "below a symlink" :
+		       parent->type == ST_WHITEOUT ? "below a removed path" :
+						      "below a file";
+	if (entries[i].type == ST_WHITEOUT)
 		return NULL;
-	case ST_OPAQUE:
-	case ST_DIR:
-		break;
-	case ST_FILE:
-	case ST_SYMLINK: {
-		/* The file rules without the byte limit (the tree's, on apply). */
-		struct check_state none = { .max_depth = st->max_depth };
-		struct st_entry one = *e;
-		const char *r;
-		one.path = (char *)"x"; /* a path with no parent: only the type rules */
-		r = check_entry(&one, 0, &none);
-		return r;
-	}
-	default:
-		return "unknown entry type";
-	}
-	if (e->mode > 0777)
-		return "mode has bits other than permissions";
-	return NULL;
+	return check_fields(&entries[i], st, false);
 }
 
 int st_entry_push_chunk(struct st_entry *e, size_t *cap, const struct st_id *id)
