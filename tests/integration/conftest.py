@@ -16,7 +16,8 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 TEST_UID = 1000  # owner of test workspaces: an unprivileged host user
 # The tests' sandboxes take their uid ranges from here, apart from any other
 # airlock on this host, so that "no process left in our ranges" means ours.
-UID_BASE = 0x20000000
+# Two test runs on one host (two checkouts) each set their own base.
+UID_BASE = int(os.environ.get("AIRLOCK_TEST_UID_BASE", "0x20000000"), 0)
 UID_END = UID_BASE + 4096 * 65536
 
 
