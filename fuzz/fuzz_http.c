@@ -29,12 +29,12 @@ static bool mem_eq_ci(const char *a, const char *b, size_t n)
 	return true;
 }
 
-static bool lit_eq_ci(struct gw_span s, const char *lit)
+static bool lit_eq_ci(struct sv s, const char *lit)
 {
 	return s.len == strlen(lit) && mem_eq_ci(s.p, lit, s.len);
 }
 
-static void check_span(const char *base, size_t len, struct gw_span s, bool may_be_empty)
+static void check_span(const char *base, size_t len, struct sv s, bool may_be_empty)
 {
 	if (s.len == 0 && may_be_empty)
 		return;
@@ -88,7 +88,7 @@ static void check_accepted(const char *buf, const struct gw_http_request *req)
 		check(req->authority.len == 0);
 		break;
 	case GW_FORM_ABSOLUTE:
-		check(lit_eq_ci((struct gw_span){ req->target.p, 7 }, "http://"));
+		check(lit_eq_ci((struct sv){ req->target.p, 7 }, "http://"));
 		check(req->authority.p == req->target.p + 7);
 		check(req->path.p == req->authority.p + req->authority.len);
 		check(req->path.len > 0 && req->path.p[0] == '/');
@@ -162,7 +162,7 @@ static void check_accepted(const char *buf, const struct gw_http_request *req)
 	}
 }
 
-static bool same_span(struct gw_span a, struct gw_span b)
+static bool same_span(struct sv a, struct sv b)
 {
 	return a.p == b.p && a.len == b.len;
 }

@@ -31,7 +31,7 @@ static char lower(char c)
 	return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
 }
 
-static bool lit_eq_ci(struct gw_span s, const char *lit)
+static bool lit_eq_ci(struct sv s, const char *lit)
 {
 	if (s.len != strlen(lit))
 		return false;
@@ -47,7 +47,7 @@ static bool is_tchar(unsigned char c)
 	       (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
 }
 
-static void check_span(const char *base, size_t len, struct gw_span s, bool may_be_empty)
+static void check_span(const char *base, size_t len, struct sv s, bool may_be_empty)
 {
 	if (s.len == 0 && may_be_empty)
 		return;
@@ -109,7 +109,7 @@ static void check_accepted(const char *buf, bool head_request, const struct gw_h
 		} else if (lit_eq_ci(f->name, "connection")) {
 			/* A close element, roughly: the parser is stricter. */
 			for (size_t k = 0; k + 5 <= f->value.len; k++)
-				if (lit_eq_ci((struct gw_span){ f->value.p + k, 5 }, "close"))
+				if (lit_eq_ci((struct sv){ f->value.p + k, 5 }, "close"))
 					close = true;
 		}
 	}

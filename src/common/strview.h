@@ -60,6 +60,12 @@ static inline bool sv_equal_ci(struct sv a, struct sv b)
 	return true;
 }
 
+/* NULL never equals. */
+static inline bool sv_equal_ci_cstr(struct sv a, const char *s)
+{
+	return s && sv_equal_ci(a, sv_from_cstr(s));
+}
+
 static inline bool sv_starts_with(struct sv s, struct sv prefix)
 {
 	return s.len >= prefix.len && sv_equal(sv_make(s.p, prefix.len), prefix);

@@ -30,28 +30,6 @@ struct http_parse {
 	bool have_upgrade;
 };
 
-static char ascii_lower(char c)
-{
-	return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
-}
-
-static bool span_eq_span_ci(struct gw_span a, struct gw_span b)
-{
-	if (a.len != b.len)
-		return false;
-	for (size_t i = 0; i < a.len; i++)
-		if (ascii_lower(a.p[i]) != ascii_lower(b.p[i]))
-			return false;
-	return true;
-}
-
-bool gw_span_eq_ci(struct gw_span s, const char *lit)
-{
-	if (!lit)
-		return false;
-	return span_eq_span_ci(s, (struct gw_span){ lit, strlen(lit) });
-}
-
 static bool is_digit(char c)
 {
 	return c >= '0' && c <= '9';
@@ -70,7 +48,7 @@ static bool is_tchar(char c)
 	return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
 }
 
-static bool is_token(struct gw_span s)
+static bool is_token(struct sv s)
 {
 	if (s.len == 0)
 		return false;
@@ -85,7 +63,7 @@ static bool is_ows(char c)
 	return c == ' ' || c == '\t';
 }
 
-static struct gw_span trim_ows(struct gw_span s)
+static struct sv trim_ows(struct sv s)
 {
 	while (s.len > 0 && is_ows(s.p[0])) {
 		s.p++;
@@ -117,7 +95,7 @@ static bool is_port(const char *p, size_t n)
  * IPv6 literal in brackets (hex digits, ':' and '.'; no zone, no
  * IPvFuture). Stricter than RFC 3986, so no resolver reads it differently.
  */
-static bool is_authority(struct gw_span a, bool need_port)
+static bool is_authority(struct sv a, bool need_port)
 {
 	size_t i = 0;
 	if (a.len == 0)
@@ -129,7 +107,7 @@ static bool is_authority(struct gw_span a, bool need_port)
 			if (c == ':')
 				colon = true;
 			else if (!is_digit(c) &&
-				 !(ascii_lower(c) >= 'a' && ascii_lower(c) <= 'f') && c != '.')
+				 !(sv_ascii_lower(c) >= 'a' && sv_ascii_lower(c) <= 'f') && c != '.')
 				return false;
 		}
 		if (i == a.len || !colon || i < 3)
@@ -153,7 +131,7 @@ static bool is_authority(struct gw_span a, bool need_port)
 }
 
 /* 1*DIGIT without a leading zero (but "0"), fitting uint64_t. */
-static bool parse_length(struct gw_span v, uint64_t *ret)
+static bool parse_length(struct sv v, uint64_t *ret)
 {
 	uint64_t n = 0;
 	if (v.len == 0 || (v.p[0] == '0' && v.len > 1))
@@ -184,9 +162,9 @@ static int parse_request_line(struct http_parse *st, const char *line, size_t le
 	if (!sp1 || sp1 == sp2)
 		return HTTP_BAD;
 
-	req->method = (struct gw_span){ line, (size_t)(sp1 - line) };
-	req->target = (struct gw_span){ sp1 + 1, (size_t)(sp2 - sp1 - 1) };
-	struct gw_span version = { sp2 + 1, (size_t)(line + len - sp2 - 1) };
+	req->method = (struct sv){ line, (size_t)(sp1 - line) };
+	req->target = (struct sv){ sp1 + 1, (size_t)(sp2 - sp1 - 1) };
+	struct sv version = { sp2 + 1, (size_t)(line + len - sp2 - 1) };
 	if (!is_token(req->method) || req->target.len == 0)
 		return HTTP_BAD;
 	if (memchr(req->target.p, ' ', req->target.len))
@@ -199,7 +177,7 @@ static int parse_request_line(struct http_parse *st, const char *line, size_t le
 	/* Methods are case-sensitive: "connect" is some other method. */
 	st->connect = req->method.len == 7 && memcmp(req->method.p, "CONNECT", 7) == 0;
 
-	struct gw_span t = req->target;
+	struct sv t = req->target;
 	if (st->connect) {
 		if (!is_authority(t, true))
 			return HTTP_BAD;
@@ -212,31 +190,31 @@ static int parse_request_line(struct http_parse *st, const char *line, size_t le
 		req->path = t;
 		return 0;
 	}
-	if (t.len > 7 && gw_span_eq_ci((struct gw_span){ t.p, 7 }, "http://")) {
+	if (t.len > 7 && sv_equal_ci_cstr((struct sv){ t.p, 7 }, "http://")) {
 		/* The authority ends at the path, which must be there: '?',
 		 * '#' or '@' in it fail is_authority(). */
 		const char *slash = memchr(t.p + 7, '/', t.len - 7);
 		if (!slash)
 			return HTTP_BAD;
-		struct gw_span a = { t.p + 7, (size_t)(slash - t.p - 7) };
+		struct sv a = { t.p + 7, (size_t)(slash - t.p - 7) };
 		if (!is_authority(a, false))
 			return HTTP_BAD;
 		req->form = GW_FORM_ABSOLUTE;
 		req->authority = a;
-		req->path = (struct gw_span){ slash, (size_t)(t.p + t.len - slash) };
+		req->path = (struct sv){ slash, (size_t)(t.p + t.len - slash) };
 		return 0;
 	}
 	/* Asterisk-form, authority-form without CONNECT, other schemes. */
 	return HTTP_BAD;
 }
 
-static int parse_connection(struct http_parse *st, struct gw_span v)
+static int parse_connection(struct http_parse *st, struct sv v)
 {
 	size_t start = 0;
 	for (size_t i = 0; i <= v.len; i++) {
 		if (i < v.len && v.p[i] != ',')
 			continue;
-		struct gw_span e = trim_ows((struct gw_span){ v.p + start, i - start });
+		struct sv e = trim_ows((struct sv){ v.p + start, i - start });
 		start = i + 1;
 		/* Empty elements are allowed (RFC 9110 5.6.1); anything
 		 * else must be a token. */
@@ -247,50 +225,50 @@ static int parse_connection(struct http_parse *st, struct gw_span v)
 		/* A field the framing or routing rests on cannot be made
 		 * hop-by-hop: a proxy dropping it would pass a body on as the
 		 * next request (smuggling). */
-		if (gw_span_eq_ci(e, "content-length") || gw_span_eq_ci(e, "transfer-encoding") ||
-		    gw_span_eq_ci(e, "host"))
+		if (sv_equal_ci_cstr(e, "content-length") || sv_equal_ci_cstr(e, "transfer-encoding") ||
+		    sv_equal_ci_cstr(e, "host"))
 			return HTTP_BAD;
-		if (gw_span_eq_ci(e, "close"))
+		if (sv_equal_ci_cstr(e, "close"))
 			st->req.connection_close = true;
-		else if (gw_span_eq_ci(e, "upgrade"))
+		else if (sv_equal_ci_cstr(e, "upgrade"))
 			st->connection_upgrade = true;
 	}
 	return 0;
 }
 
 /* A complete field line; name is a token, value trimmed and checked. */
-static int parse_field(struct http_parse *st, struct gw_span name, struct gw_span value)
+static int parse_field(struct http_parse *st, struct sv name, struct sv value)
 {
 	struct gw_http_request *req = &st->req;
 
-	if (gw_span_eq_ci(name, "Transfer-Encoding")) {
+	if (sv_equal_ci_cstr(name, "Transfer-Encoding")) {
 		if (st->http10)
 			return HTTP_NOT_IMPLEMENTED;
 		/* One field, exactly "chunked": no list, no other coding. */
 		if (st->have_chunked || st->have_length || st->connect ||
-		    !gw_span_eq_ci(value, "chunked"))
+		    !sv_equal_ci_cstr(value, "chunked"))
 			return HTTP_BAD;
 		st->have_chunked = true;
 		req->body = GW_BODY_CHUNKED;
-	} else if (gw_span_eq_ci(name, "Content-Length")) {
+	} else if (sv_equal_ci_cstr(name, "Content-Length")) {
 		uint64_t n;
 		if (st->have_length || st->have_chunked || st->connect || !parse_length(value, &n))
 			return HTTP_BAD;
 		st->have_length = true;
 		req->body = GW_BODY_LENGTH;
 		req->content_length = n;
-	} else if (gw_span_eq_ci(name, "Host")) {
+	} else if (sv_equal_ci_cstr(name, "Host")) {
 		if (st->have_host || !is_authority(value, false))
 			return HTTP_BAD;
 		/* Where the request goes must not depend on which of the two
 		 * a server looks at. */
-		if (req->form != GW_FORM_ORIGIN && !span_eq_span_ci(value, req->authority))
+		if (req->form != GW_FORM_ORIGIN && !sv_equal_ci(value, req->authority))
 			return HTTP_BAD;
 		st->have_host = true;
 		req->host = value;
-	} else if (gw_span_eq_ci(name, "Connection")) {
+	} else if (sv_equal_ci_cstr(name, "Connection")) {
 		return parse_connection(st, value);
-	} else if (gw_span_eq_ci(name, "Upgrade")) {
+	} else if (sv_equal_ci_cstr(name, "Upgrade")) {
 		if (value.len > 0)
 			st->have_upgrade = true;
 	}
@@ -318,7 +296,7 @@ static int line_end(const char *buf, size_t len, size_t i)
  * obs_text: bytes >= 0x80 allowed in the value (responses only).
  */
 static int read_field(const char *buf, size_t len, size_t *pi, bool obs_text, int over_limit,
-		      struct gw_span *ret_name, struct gw_span *ret_value)
+		      struct sv *ret_name, struct sv *ret_value)
 {
 	size_t i = *pi;
 	size_t name_start = i;
@@ -333,7 +311,7 @@ static int read_field(const char *buf, size_t len, size_t *pi, bool obs_text, in
 		if (!is_tchar(buf[i]))
 			return HTTP_BAD;
 	}
-	struct gw_span name = { buf + name_start, i - name_start };
+	struct sv name = { buf + name_start, i - name_start };
 	if (name.len == 0)
 		return HTTP_BAD;
 	i++;
@@ -354,7 +332,7 @@ static int read_field(const char *buf, size_t len, size_t *pi, bool obs_text, in
 	if (r != 0)
 		return r > 0 ? 0 : over_limit == HTTP_BAD ? HTTP_BAD : r;
 	*ret_name = name;
-	*ret_value = trim_ows((struct gw_span){ buf + value_start, i - value_start });
+	*ret_value = trim_ows((struct sv){ buf + value_start, i - value_start });
 	*pi = i + 2;
 	return 1;
 }
@@ -408,7 +386,7 @@ int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *r
 		if (st.req.n_fields == GW_HTTP_MAX_FIELDS)
 			return HTTP_HEAD_TOO_LARGE;
 
-		struct gw_span name, value;
+		struct sv name, value;
 		r = read_field(buf, len, &i, false, HTTP_HEAD_TOO_LARGE, &name, &value);
 		if (r <= 0)
 			return r;
@@ -490,21 +468,21 @@ int gw_http_parse_response(const char *buf, size_t len, bool head_request,
 		}
 		if (is_ows(c) || res.n_fields == GW_HTTP_MAX_FIELDS)
 			return HTTP_BAD;
-		struct gw_span name, value;
+		struct sv name, value;
 		r = read_field(buf, len, &i, true, HTTP_BAD, &name, &value);
 		if (r <= 0)
 			return r;
-		if (gw_span_eq_ci(name, "Content-Length")) {
+		if (sv_equal_ci_cstr(name, "Content-Length")) {
 			if (have_length || !parse_length(value, &res.content_length))
 				return HTTP_BAD;
 			have_length = true;
-		} else if (gw_span_eq_ci(name, "Transfer-Encoding")) {
+		} else if (sv_equal_ci_cstr(name, "Transfer-Encoding")) {
 			/* Only "chunked", alone: gzip etc. as transfer codings
 			 * are not passed on (nobody uses them). */
-			if (have_te || !gw_span_eq_ci(value, "chunked"))
+			if (have_te || !sv_equal_ci_cstr(value, "chunked"))
 				return HTTP_BAD;
 			have_te = chunked_last = true;
-		} else if (gw_span_eq_ci(name, "Connection")) {
+		} else if (sv_equal_ci_cstr(name, "Connection")) {
 			struct http_parse st = { 0 };
 			if (parse_connection(&st, value) < 0)
 				return HTTP_BAD;
@@ -698,4 +676,39 @@ int gw_chunked_feed(struct gw_chunked *c, const char *p, size_t n, size_t *ret_u
 	}
 	*ret_used = i;
 	return c->state == CH_DONE ? 1 : 0;
+}
+
+bool gw_http_is_hop_by_hop(struct sv name, const struct sv *conn_tokens, size_t n_tokens)
+{
+	static const char *const hop[] = { "connection", "keep-alive", "proxy-connection",
+					   "proxy-authorization", "proxy-authenticate", "te",
+					   "trailer", "transfer-encoding", "upgrade", NULL };
+	for (size_t i = 0; hop[i]; i++)
+		if (sv_equal_ci_cstr(name, hop[i]))
+			return true;
+	for (size_t i = 0; i < n_tokens; i++)
+		if (sv_equal_ci(name, conn_tokens[i]))
+			return true;
+	return false;
+}
+
+size_t gw_http_connection_tokens(const struct gw_http_field *f, size_t n, struct sv *out,
+				 size_t max)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!sv_equal_ci_cstr(f[i].name, "connection"))
+			continue;
+		const char *p = f[i].value.p, *end = p + f[i].value.len;
+		while (p < end && k < max) {
+			while (p < end && (*p == ',' || *p == ' ' || *p == '\t'))
+				p++;
+			const char *s = p;
+			while (p < end && *p != ',' && *p != ' ' && *p != '\t')
+				p++;
+			if (p > s)
+				out[k++] = (struct sv){ s, (size_t)(p - s) };
+		}
+	}
+	return k;
 }

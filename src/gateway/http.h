@@ -18,18 +18,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/strview.h"
+
 #define GW_HTTP_LINE_MAX (8 * 1024)  /* request line, without CRLF */
 #define GW_HTTP_HEAD_MAX (64 * 1024) /* whole head, request line and final CRLF included */
 #define GW_HTTP_MAX_FIELDS 128
 
-struct gw_span {
-	const char *p;
-	size_t len;
-};
-
 struct gw_http_field {
-	struct gw_span name;  /* as received (a token; compare case-insensitively) */
-	struct gw_span value; /* leading and trailing spaces and tabs removed */
+	struct sv name;  /* as received (a token; compare case-insensitively) */
+	struct sv value; /* leading and trailing spaces and tabs removed */
 };
 
 enum gw_http_body {
@@ -46,12 +43,12 @@ enum gw_http_form {
 };
 
 struct gw_http_request {
-	struct gw_span method;    /* a token */
-	struct gw_span target;    /* as received */
+	struct sv method;    /* a token */
+	struct sv target;    /* as received */
 	enum gw_http_form form;
-	struct gw_span authority; /* absolute-form and CONNECT: host[:port] from the target */
-	struct gw_span path;      /* origin- and absolute-form: from the first '/' (query included) */
-	struct gw_span host;      /* the Host header's value */
+	struct sv authority; /* absolute-form and CONNECT: host[:port] from the target */
+	struct sv path;      /* origin- and absolute-form: from the first '/' (query included) */
+	struct sv host;      /* the Host header's value */
 	struct gw_http_field fields[GW_HTTP_MAX_FIELDS];
 	size_t n_fields;
 	enum gw_http_body body;
@@ -86,9 +83,6 @@ struct gw_http_request {
  * Never reads past buf + len.
  */
 int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *ret);
-
-/* Case-insensitive token comparison of a span with a C string. */
-bool gw_span_eq_ci(struct gw_span s, const char *lit);
 
 /* An upstream's response head. */
 struct gw_http_response {
@@ -135,3 +129,14 @@ typedef int (*gw_chunk_data_fn)(const char *p, size_t n, void *ud);
  */
 int gw_chunked_feed(struct gw_chunked *c, const char *p, size_t n, size_t *ret_used,
 		    gw_chunk_data_fn fn, void *ud);
+
+/*
+ * Hop-by-hop fields: the fixed set (Connection, Keep-Alive,
+ * Proxy-Connection, Proxy-Authorization, Proxy-Authenticate, TE, Trailer,
+ * Transfer-Encoding, Upgrade) and the names a Connection field lists.
+ * gw_http_connection_tokens collects those names (at most max) from the
+ * fields of a head.
+ */
+bool gw_http_is_hop_by_hop(struct sv name, const struct sv *conn_tokens, size_t n_tokens);
+size_t gw_http_connection_tokens(const struct gw_http_field *f, size_t n, struct sv *out,
+				 size_t max);

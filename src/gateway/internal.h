@@ -124,3 +124,33 @@ enum {
 };
 
 #define GW_POLICY_TEXT_MAX (1024 * 1024)
+#define GW_SANDBOX_ID_MAX 64
+
+/*
+ * GW_IPC_ATTACH: one byte saying which descriptors follow (bit 1 << slot,
+ * sent in slot order), then the sandbox id (not NUL-terminated).
+ */
+enum gw_attach_slot {
+	GW_SLOT_PROXY = 0,
+	GW_SLOT_HTTP,
+	GW_SLOT_HTTPS,
+	GW_SLOT_DNS,
+	GW_SLOT_AUDIT,
+	GW_SLOT_WATCH,   /* a pidfd of the sandbox's init */
+	GW_SLOT_CONTROL, /* root's listening socket for policy changes */
+	GW_SLOTS,
+};
+
+struct gw_attach {
+	char id[GW_SANDBOX_ID_MAX + 1];
+	int fd[GW_SLOTS]; /* -1: absent */
+};
+
+/* The payload (1 + GW_SANDBOX_ID_MAX bytes at most) and the descriptors to
+ * send, in order; -EINVAL for an id that is empty or too long. */
+int gw_attach_encode(const struct gw_attach *a, uint8_t *payload, size_t *ret_len, int *fds,
+		     size_t *ret_n_fds);
+/* Takes the descriptors out of m; -EBADMSG (and nothing taken) when the
+ * payload or the descriptors do not match. */
+struct ipc_msg;
+int gw_attach_decode(struct ipc_msg *m, struct gw_attach *ret);

@@ -382,24 +382,64 @@ int gw_start(const struct gw_config *cfg, const struct gw_start_opts *so, struct
 	return 0;
 }
 
+int gw_attach_encode(const struct gw_attach *a, uint8_t *payload, size_t *ret_len, int *fds,
+		     size_t *ret_n_fds)
+{
+	size_t idlen = strnlen(a->id, sizeof(a->id));
+	if (idlen == 0 || idlen > GW_SANDBOX_ID_MAX)
+		return -EINVAL;
+	size_t n = 0;
+	payload[0] = 0;
+	for (int i = 0; i < GW_SLOTS; i++)
+		if (a->fd[i] >= 0) {
+			payload[0] |= (uint8_t)(1u << i);
+			fds[n++] = a->fd[i];
+		}
+	memcpy(payload + 1, a->id, idlen);
+	*ret_len = 1 + idlen;
+	*ret_n_fds = n;
+	return 0;
+}
+
+int gw_attach_decode(struct ipc_msg *m, struct gw_attach *ret)
+{
+	if (m->len < 2 || m->len > 1 + GW_SANDBOX_ID_MAX)
+		return -EBADMSG;
+	uint8_t mask = m->data[0];
+	if (mask >> GW_SLOTS)
+		return -EBADMSG;
+	size_t want = (size_t)__builtin_popcount(mask);
+	if (want != m->n_fds)
+		return -EBADMSG;
+	if (memchr(m->data + 1, '\0', m->len - 1))
+		return -EBADMSG;
+	struct gw_attach a;
+	memcpy(a.id, m->data + 1, m->len - 1);
+	a.id[m->len - 1] = '\0';
+	size_t k = 0;
+	for (int i = 0; i < GW_SLOTS; i++)
+		a.fd[i] = (mask & (1u << i)) ? ipc_msg_take_fd(m, k++) : -1;
+	*ret = a;
+	return 0;
+}
+
 int gw_attach(struct gw_proc *gp, const char *sandbox_id, const struct gw_listeners *l,
 	      int audit_fd, int watch_pidfd, struct al_error *err)
 {
-	int all[7] = { l->proxy, l->http, l->https, l->dns, audit_fd, watch_pidfd, l->control };
-	int fds[7];
-	size_t n = 0;
-	uint8_t payload[1 + 64];
-	size_t idlen = strlen(sandbox_id);
-	if (idlen > 64)
+	struct gw_attach a = { .fd = {
+		[GW_SLOT_PROXY] = l->proxy, [GW_SLOT_HTTP] = l->http, [GW_SLOT_HTTPS] = l->https,
+		[GW_SLOT_DNS] = l->dns, [GW_SLOT_AUDIT] = audit_fd, [GW_SLOT_WATCH] = watch_pidfd,
+		[GW_SLOT_CONTROL] = l->control,
+	} };
+	if (strlen(sandbox_id) > GW_SANDBOX_ID_MAX)
 		return al_error_set(err, -EINVAL, "sandbox id too long");
-	payload[0] = 0;
-	for (int i = 0; i < 7; i++)
-		if (all[i] >= 0) {
-			payload[0] |= (uint8_t)(1u << i);
-			fds[n++] = all[i];
-		}
-	memcpy(payload + 1, sandbox_id, idlen);
-	int r = ipc_send(gp->ctl, GW_IPC_ATTACH, payload, 1 + idlen, fds, n);
+	snprintf(a.id, sizeof(a.id), "%s", sandbox_id);
+	uint8_t payload[1 + GW_SANDBOX_ID_MAX];
+	int fds[GW_SLOTS];
+	size_t len, n;
+	if (gw_attach_encode(&a, payload, &len, fds, &n) < 0)
+		return al_error_set(err, -EINVAL, "bad sandbox id");
+	int r = ipc_send(gp->ctl, GW_IPC_ATTACH, payload, len, fds, n);
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot reach the gateway");
 	struct ipc_msg m = IPC_MSG_INIT;

@@ -102,7 +102,7 @@ static void bad(const char *s, int want)
 	bad_len(s, strlen(s), want);
 }
 
-static void span_is(struct gw_span sp, const char *want)
+static void span_is(struct sv sp, const char *want)
 {
 	if (!want) {
 		assert_int_equal(sp.len, 0);
@@ -664,18 +664,18 @@ static void test_incremental(void **state)
 
 static void test_span_eq_ci(void **state)
 {
-	struct gw_span s = { "Chunked", 7 };
-	assert_true(gw_span_eq_ci(s, "chunked"));
-	assert_true(gw_span_eq_ci(s, "CHUNKED"));
-	assert_false(gw_span_eq_ci(s, "chunke"));
-	assert_false(gw_span_eq_ci(s, "chunkedx"));
-	assert_false(gw_span_eq_ci((struct gw_span){ "Chunked", 6 }, "chunked"));
-	assert_true(gw_span_eq_ci((struct gw_span){ NULL, 0 }, ""));
-	assert_false(gw_span_eq_ci((struct gw_span){ NULL, 0 }, "a"));
-	assert_false(gw_span_eq_ci(s, NULL));
+	struct sv s = { "Chunked", 7 };
+	assert_true(sv_equal_ci_cstr(s, "chunked"));
+	assert_true(sv_equal_ci_cstr(s, "CHUNKED"));
+	assert_false(sv_equal_ci_cstr(s, "chunke"));
+	assert_false(sv_equal_ci_cstr(s, "chunkedx"));
+	assert_false(sv_equal_ci_cstr((struct sv){ "Chunked", 6 }, "chunked"));
+	assert_true(sv_equal_ci_cstr((struct sv){ NULL, 0 }, ""));
+	assert_false(sv_equal_ci_cstr((struct sv){ NULL, 0 }, "a"));
+	assert_false(sv_equal_ci_cstr(s, NULL));
 	/* ASCII only: no locale folding of other bytes. */
-	assert_false(gw_span_eq_ci((struct gw_span){ "\xc9", 1 }, "\xe9"));
-	assert_false(gw_span_eq_ci((struct gw_span){ "[", 1 }, "{"));
+	assert_false(sv_equal_ci_cstr((struct sv){ "\xc9", 1 }, "\xe9"));
+	assert_false(sv_equal_ci_cstr((struct sv){ "[", 1 }, "{"));
 }
 
 /* ---- response heads ---- */

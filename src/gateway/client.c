@@ -1,0 +1,514 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The client side: a sandbox's connections. Three listeners per sandbox:
+ * the proxy (absolute-form http:// requests and CONNECT, which is answered
+ * with TLS under a leaf of the sandbox's CA), the transparent port 80
+ * (origin-form, routed by Host) and the transparent port 443 (TLS, routed
+ * by SNI). Inside TLS every request is decided on its own, and its Host
+ * must name the tunnel's host (421).
+ *
+ * Each connection carries one request at a time (no pipelining: bytes
+ * after a request wait in the kernel and our input buffer until its
+ * response is done).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <event2/bufferevent_ssl.h>
+#include <openssl/ssl.h>
+
+#include "gateway/ca.h"
+#include "gateway/decide.h"
+#include "gateway/engine.h"
+#include "gateway/path.h"
+
+static bool span_copy(struct sv s, char *out, size_t size)
+{
+	if (s.len >= size)
+		return false;
+	memcpy(out, s.p, s.len);
+	out[s.len] = '\0';
+	return true;
+}
+
+static int host_port(struct sv s, uint16_t dflt, char *host, size_t size, uint16_t *port)
+{
+	uint16_t p = 0;
+	if (gw_parse_hostport(s.p, s.len, host, size, &p, false) < 0)
+		return -1;
+	*port = p ? p : dflt;
+	return 0;
+}
+
+/* A complete head in the client's input: decide and start the request. */
+static void handle_request(struct conn *c, struct gw_http_request *req)
+{
+	struct gw_engine *e = c->e;
+	const struct gw_config *cfg = e->cfg;
+	struct evbuffer *in = bufferevent_get_input(c->cbev);
+	gw_reset_request(c);
+	span_copy(req->method, c->method, sizeof(c->method));
+	c->head_req = sv_equal_ci_cstr(req->method, "HEAD") && strcmp(c->method, "HEAD") == 0;
+	c->req_close = req->connection_close;
+	c->req_body = req->body;
+	c->req_left = req->content_length;
+	c->upgrade = req->upgrade;
+	c->http10 = req->http10;
+
+	if (req->form == GW_FORM_AUTHORITY) {
+		/* CONNECT: only on the proxy, never inside a tunnel. */
+		uint16_t port;
+		if (c->kind != CK_PROXY || c->ctls ||
+		    host_port(req->authority, 443, c->host, sizeof(c->host), &port) < 0) {
+			evbuffer_drain(in, req->head_len);
+			gw_respond_error(c, 400, "CONNECT is for the proxy port, with HOST:PORT", false);
+			return;
+		}
+		c->port = port;
+		evbuffer_drain(in, req->head_len);
+		/* Step 1: the tunnel. */
+		struct gw_verdict v;
+		gw_decide_tunnel(cfg, e->policy, c->host, port, &v);
+		if (!v.allow) {
+			gw_respond_error(c, v.status, v.reason, false);
+			return;
+		}
+		/* Tunnel: TLS with a leaf for the host, every request inside decided. */
+		const struct gw_leaf *leaf;
+		struct al_error err = { 0 };
+		if (gw_ca_leaf(e->ca, c->host, &leaf, &err) < 0) {
+			gw_respond_error(c, 502, "cannot make a certificate for this host", false);
+			return;
+		}
+		SSL *ssl = SSL_new(e->srv_ctx);
+		if (!ssl) {
+			gw_respond_error(c, 502, "out of memory", false);
+			return;
+		}
+		SSL_use_certificate(ssl, gw_leaf_x509(leaf));
+		SSL_use_PrivateKey(ssl, gw_leaf_pkey(leaf));
+		SSL_add1_chain_cert(ssl, gw_ca_x509(e->ca));
+		SSL_set_app_data(ssl, c);
+		snprintf(c->tunnel_host, sizeof(c->tunnel_host), "%s", c->host);
+		c->tunnel_port = port;
+		evbuffer_add(bufferevent_get_output(c->cbev),
+			     "HTTP/1.1 200 Connection established\r\n\r\n", 39);
+		struct bufferevent *tls = bufferevent_openssl_filter_new(
+			e->base, c->cbev, ssl, BUFFEREVENT_SSL_ACCEPTING,
+			BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+		if (!tls) {
+			SSL_free(ssl);
+			gw_conn_free(c);
+			return;
+		}
+		c->cbev = tls;
+		c->cssl = ssl;
+		c->ctls = true;
+		bufferevent_setcb(tls, gw_client_read_cb, gw_client_write_cb, gw_client_event_cb, c);
+		gw_watch_output(e, tls);
+		bufferevent_setwatermark(tls, EV_WRITE, CONN_HIGH_WATER / 2, 0);
+		bufferevent_setwatermark(tls, EV_READ, 0, CONN_HIGH_WATER);
+		bufferevent_enable(tls, EV_READ | EV_WRITE);
+		c->phase = P_HEAD;
+		gw_arm_timer(c, IDLE_TIMEOUT_MS);
+		return;
+	}
+
+	/* Where the request goes. */
+	uint16_t port = 0;
+	if (req->form == GW_FORM_ABSOLUTE) {
+		if (c->kind != CK_PROXY || c->ctls) {
+			evbuffer_drain(in, req->head_len);
+			gw_respond_error(c, 400, "absolute-form request outside the proxy", false);
+			return;
+		}
+		if (host_port(req->authority, 80, c->host, sizeof(c->host), &port) < 0) {
+			evbuffer_drain(in, req->head_len);
+			gw_respond_error(c, 400, "bad host", false);
+			return;
+		}
+	} else {
+		uint16_t dflt = c->ctls ? 443 : 80;
+		if (host_port(req->host, dflt, c->host, sizeof(c->host), &port) < 0) {
+			evbuffer_drain(in, req->head_len);
+			gw_respond_error(c, 400, "bad Host", false);
+			return;
+		}
+		if (c->kind == CK_PROXY && !c->ctls) {
+			evbuffer_drain(in, req->head_len);
+			gw_respond_error(c, 400, "this is a proxy: send absolute-form requests or CONNECT",
+				      false);
+			return;
+		}
+		if (c->ctls) {
+			/* One name for the tunnel, the SNI and the request. */
+			if (strcmp(c->host, c->tunnel_host) != 0 || port != c->tunnel_port ||
+			    (c->sni[0] && strcmp(c->sni, c->tunnel_host) != 0)) {
+				c->port = port;
+				evbuffer_drain(in, req->head_len);
+				gw_respond_error(c, 421, "Host, TLS server name and CONNECT target differ",
+					      false);
+				return;
+			}
+		} else if (port != 80) {
+			c->port = port;
+			evbuffer_drain(in, req->head_len);
+			gw_respond_error(c, 421, "Host names another port than this connection's", false);
+			return;
+		}
+	}
+	c->port = port;
+
+	/* The one canonical path every decision uses. */
+	char *canon = malloc(GW_PATH_MAX + 1);
+	if (!canon) {
+		gw_conn_free(c);
+		return;
+	}
+	size_t qoff;
+	int pr = gw_path_canonical(req->path.p, req->path.len, canon, GW_PATH_MAX + 1, &qoff);
+	if (pr < 0) {
+		free(canon);
+		evbuffer_drain(in, req->head_len);
+		gw_respond_error(c, 400, "ambiguous or malformed path", false);
+		return;
+	}
+	c->path = canon;
+	const char *query = req->path.p + qoff;
+	size_t query_len = req->path.len - qoff;
+
+	/* Step 2: the request itself. */
+	struct gw_request_facts facts = { .method = c->method, .host = c->host, .port = port,
+					  .path = c->path, .tls = c->ctls };
+	struct gw_verdict v;
+	gw_decide_request(cfg, e->policy, &facts, &v);
+	c->generation = v.generation;
+	if (v.rule)
+		snprintf(c->rule, sizeof(c->rule), "%s", v.rule);
+	if (!v.allow) {
+		evbuffer_drain(in, req->head_len);
+		gw_respond_error(c, v.status, v.reason, req->body == GW_BODY_NONE);
+		return;
+	}
+	snprintf(c->reason, sizeof(c->reason), "%s", v.reason);
+
+	/* The credential's value (the vault holds every one: checked at start). */
+	const struct gw_cred *cred = v.cred;
+	const char *secret = NULL;
+	size_t secret_len = 0;
+	if (cred && e->vault)
+		secret = gw_vault_get(e->vault, cred->secret, &secret_len);
+	if (!secret)
+		cred = NULL;
+	c->cred_name = cred ? cred->secret : NULL;
+	if (cred && gw_redactor_new(e->vault, &c->red) < 0) {
+		gw_conn_free(c);
+		return;
+	}
+
+	gw_build_upstream_head(c, req, c->path, query, query_len, cred, secret, secret_len);
+	c->bytes_up = evbuffer_get_length(c->pending);
+	evbuffer_drain(in, req->head_len);
+	if (c->req_body == GW_BODY_NONE || (c->req_body == GW_BODY_LENGTH && c->req_left == 0))
+		c->req_done = true;
+	gw_upstream_start(c);
+}
+
+static int chunk_noop(const char *p, size_t n, void *ud)
+{
+	return 0;
+}
+
+/* Moves request body bytes from the client to the upstream. */
+static void pump_request_body(struct conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->cbev);
+	struct evbuffer *out = bufferevent_get_output(c->ubev);
+	while (!c->req_done && evbuffer_get_length(in) > 0) {
+		if (evbuffer_get_length(out) >= CONN_HIGH_WATER || gw_over_budget(c)) {
+			bufferevent_disable(c->cbev, EV_READ);
+			return;
+		}
+		size_t take;
+		if (c->req_body == GW_BODY_LENGTH) {
+			size_t avail = evbuffer_get_length(in);
+			take = (uint64_t)avail < c->req_left ? avail : (size_t)c->req_left;
+			c->req_left -= take;
+			if (c->req_left == 0)
+				c->req_done = true;
+		} else {
+			struct evbuffer_iovec v;
+			if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+				return;
+			size_t used;
+			int r = gw_chunked_feed(&c->req_ch, v.iov_base, v.iov_len, &used, chunk_noop,
+						NULL);
+			if (r < 0) {
+				/* Part of the body went already: nothing to answer. */
+				snprintf(c->reason, sizeof(c->reason), "malformed chunked request body");
+				c->status = 400;
+				gw_audit(c, "error");
+				gw_conn_free(c);
+				return;
+			}
+			take = used;
+			if (r == 1)
+				c->req_done = true;
+		}
+		evbuffer_remove_buffer(in, out, take);
+		c->bytes_up += take;
+	}
+	/* Once the body is in, the connection stays readable: bytes of a
+	 * next request wait in the input buffer (bounded by its watermark)
+	 * until this exchange is over, without an epoll change per request. */
+	if (!c->req_done)
+		bufferevent_enable(c->cbev, EV_READ);
+}
+
+void gw_process_client(struct conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->cbev);
+	for (;;) {
+		switch (c->phase) {
+		case P_HEAD: {
+			size_t len = evbuffer_get_length(in);
+			if (len == 0) {
+				bufferevent_enable(c->cbev, EV_READ);
+				return;
+			}
+			if (!c->head_started) {
+				c->head_started = true;
+				gw_arm_timer(c, HEAD_DEADLINE_MS);
+			}
+			size_t want = len < GW_HTTP_HEAD_MAX + 1 ? len : GW_HTTP_HEAD_MAX + 1;
+			const char *p = (const char *)evbuffer_pullup(in, (ssize_t)want);
+			struct gw_http_request *req = malloc(sizeof(*req));
+			if (!req || !p) {
+				free(req);
+				gw_conn_free(c);
+				return;
+			}
+			int r = gw_http_parse_request(p, want, req);
+			if (r == 0) {
+				free(req);
+				bufferevent_enable(c->cbev, EV_READ);
+				return;
+			}
+			evtimer_del(c->timer);
+			if (r < 0) {
+				free(req);
+				gw_reset_request(c);
+				gw_respond_error(c, -r, r == -400 ? "malformed request" :
+						     r == -414 ? "request line too long" :
+						     r == -431 ? "request head too large" :
+								 "not implemented",
+					      false);
+				return;
+			}
+			handle_request(c, req);
+			free(req);
+			return;
+		}
+		case P_RESOLVE:
+			return;
+		case P_FORWARD:
+			if (!c->req_done && c->ubev)
+				pump_request_body(c);
+			return;
+		case P_TUNNEL: {
+			if (!c->ubev)
+				return;
+			struct evbuffer *out = bufferevent_get_output(c->ubev);
+			if (evbuffer_get_length(out) >= CONN_HIGH_WATER || gw_over_budget(c)) {
+				bufferevent_disable(c->cbev, EV_READ);
+				return;
+			}
+			c->bytes_up += evbuffer_get_length(in);
+			evbuffer_add_buffer(out, in);
+			return;
+		}
+		case P_CLOSING:
+			evbuffer_drain(in, evbuffer_get_length(in));
+			return;
+		}
+	}
+}
+
+void gw_client_read_cb(struct bufferevent *bev, void *ud)
+{
+	gw_process_client(ud);
+}
+
+void gw_client_write_cb(struct bufferevent *bev, void *ud)
+{
+	struct conn *c = ud;
+	if (c->phase == P_CLOSING) {
+		if (gw_client_flushed(c))
+			gw_conn_free(c);
+		return;
+	}
+	/* Drained below the low-water mark: the upstream may send again, and
+	 * what it sent while we were paused moves on now (no new byte may
+	 * come to wake us). */
+	if (c->ubev && !c->paused) {
+		bufferevent_enable(c->ubev, EV_READ);
+		if (evbuffer_get_length(bufferevent_get_input(c->ubev)) > 0)
+			event_active(c->kick_up, EV_TIMEOUT, 0);
+	}
+}
+
+void gw_client_event_cb(struct bufferevent *bev, short what, void *ud)
+{
+	struct conn *c = ud;
+	if (what & BEV_EVENT_CONNECTED)
+		return;
+	/* EOF, error or timeout: the client is gone or stuck. */
+	if (!c->audited && c->method[0] && (c->phase == P_FORWARD || c->phase == P_RESOLVE)) {
+		snprintf(c->reason, sizeof(c->reason), "client went away");
+		gw_audit(c, "allow");
+	}
+	gw_conn_free(c);
+}
+
+int gw_cert_cb(SSL *ssl, void *arg)
+{
+	struct conn *c = SSL_get_app_data(ssl);
+	struct gw_engine *e = arg;
+	if (!c)
+		return 0;
+	const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+	char norm[GW_HOST_MAX + 3] = "";
+	bool ip = false;
+	if (name && gw_host_normalize(name, strlen(name), norm, sizeof(norm), &ip) < 0)
+		return 0;
+	if (c->kind != CK_HTTPS) {
+		/* CONNECT: the leaf is the CONNECT host's; a differing name is
+		 * answered with 421 per request. */
+		snprintf(c->sni, sizeof(c->sni), "%s", norm);
+		return 1;
+	}
+	/* Transparent 443: the name is all we have. */
+	if (!norm[0] || ip)
+		return 0;
+	/* Step 1: the tunnel, named by the handshake alone. */
+	struct gw_verdict v;
+	gw_decide_tunnel(e->cfg, e->policy, norm, 443, &v);
+	if (!v.allow)
+		return 0;
+	const struct gw_leaf *leaf;
+	struct al_error err = { 0 };
+	if (gw_ca_leaf(e->ca, norm, &leaf, &err) < 0)
+		return 0;
+	if (SSL_use_certificate(ssl, gw_leaf_x509(leaf)) != 1 ||
+	    SSL_use_PrivateKey(ssl, gw_leaf_pkey(leaf)) != 1)
+		return 0;
+	SSL_add1_chain_cert(ssl, gw_ca_x509(e->ca));
+	snprintf(c->sni, sizeof(c->sni), "%s", norm);
+	snprintf(c->tunnel_host, sizeof(c->tunnel_host), "%s", norm);
+	c->tunnel_port = 443;
+	return 1;
+}
+
+int gw_alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+		   const unsigned char *in, unsigned int inlen, void *arg)
+{
+	for (unsigned i = 0; i < inlen;) {
+		unsigned l = in[i];
+		if (i + 1 + l > inlen)
+			break;
+		if (l == 8 && memcmp(in + i + 1, "http/1.1", 8) == 0) {
+			*out = in + i + 1;
+			*outlen = 8;
+			return SSL_TLSEXT_ERR_OK;
+		}
+		i += 1 + l;
+	}
+	return SSL_TLSEXT_ERR_NOACK;
+}
+
+static void kick_up_cb(evutil_socket_t fd, short what, void *ud)
+{
+	struct conn *c = ud;
+	if (c->ubev && (c->phase == P_FORWARD || c->phase == P_TUNNEL) &&
+	    evbuffer_get_length(bufferevent_get_input(c->ubev)) > 0)
+		gw_pump_response(c);
+}
+
+static void kick_client_cb(evutil_socket_t fd, short what, void *ud)
+{
+	struct conn *c = ud;
+	if (evbuffer_get_length(bufferevent_get_input(c->cbev)) > 0)
+		gw_process_client(c);
+}
+
+void gw_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+		      void *ud)
+{
+	struct gw_sbx *s = ud;
+	struct gw_engine *e = s->e;
+	enum conn_kind kind = CK_PROXY;
+	for (int i = 0; i < 3; i++)
+		if (s->listeners[i] == l)
+			kind = (enum conn_kind)i;
+	if (s->n_conns >= MAX_CONNS_PER_SANDBOX) {
+		close(fd);
+		return;
+	}
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->e = e;
+	c->s = s;
+	c->kind = kind;
+	c->timer = evtimer_new(e->base, gw_timer_cb, c);
+	c->kick_up = event_new(e->base, -1, 0, kick_up_cb, c);
+	c->kick_client = event_new(e->base, -1, 0, kick_client_cb, c);
+	c->pending = evbuffer_new();
+	c->acc = evbuffer_new();
+	int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+	if (kind == CK_HTTPS) {
+		SSL *ssl = SSL_new(e->srv_ctx);
+		if (ssl) {
+			SSL_set_app_data(ssl, c);
+			c->cbev = bufferevent_openssl_socket_new(e->base, fd, ssl,
+								 BUFFEREVENT_SSL_ACCEPTING, opts);
+			if (!c->cbev)
+				SSL_free(ssl);
+			c->cssl = ssl;
+			c->ctls = true;
+		}
+	} else {
+		c->cbev = bufferevent_socket_new(e->base, fd, opts);
+	}
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	s->n_conns++;
+	if (!c->cbev || !c->timer || !c->pending || !c->acc || !c->kick_up || !c->kick_client) {
+		if (!c->cbev)
+			close(fd);
+		gw_conn_free(c);
+		return;
+	}
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	bufferevent_setcb(c->cbev, gw_client_read_cb, gw_client_write_cb, gw_client_event_cb, c);
+	gw_watch_output(e, c->cbev);
+	struct timeval wt = gw_ms_tv(CLIENT_WRITE_MS);
+	bufferevent_set_timeouts(c->cbev, NULL, &wt);
+	bufferevent_setwatermark(c->cbev, EV_WRITE, CONN_HIGH_WATER / 2, 0);
+	bufferevent_setwatermark(c->cbev, EV_READ, 0, CONN_HIGH_WATER);
+	bufferevent_enable(c->cbev, EV_READ | EV_WRITE);
+	gw_reset_request(c);
+	gw_arm_timer(c, IDLE_TIMEOUT_MS);
+}

@@ -1,0 +1,333 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A connection's life: the global output budget, timers, the answers the
+ * gateway writes itself, closing once the client has everything, and
+ * freeing (held while a caller up the stack still looks at it).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/bufferevent_ssl.h>
+
+#include "gateway/engine.h"
+#include "gateway/vault.h"
+
+double gw_ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static const char *status_text(int status)
+{
+	switch (status) {
+	case 400: return "Bad Request";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 408: return "Request Timeout";
+	case 414: return "URI Too Long";
+	case 421: return "Misdirected Request";
+	case 431: return "Request Header Fields Too Large";
+	case 501: return "Not Implemented";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	default: return "Error";
+	}
+}
+
+/* ---- global budget: every output buffer reports what it holds ---- */
+
+static void budget_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *ud)
+{
+	struct gw_engine *e = ud;
+	e->queued += info->n_added;
+	e->queued -= info->n_deleted <= e->queued ? info->n_deleted : e->queued;
+	if (e->paused && e->queued < GLOBAL_BUDGET / 2) {
+		struct conn *list = e->paused;
+		e->paused = NULL;
+		for (struct conn *c = list, *n; c; c = n) {
+			n = c->paused_next;
+			c->paused = false;
+			c->paused_next = NULL;
+			if (c->cbev)
+				bufferevent_enable(c->cbev, EV_READ);
+			if (c->ubev)
+				bufferevent_enable(c->ubev, EV_READ);
+			/* From the loop, not from inside this buffer's callback. */
+			event_active(c->kick_up, EV_TIMEOUT, 0);
+			event_active(c->kick_client, EV_TIMEOUT, 0);
+		}
+	}
+}
+
+/* Frees a bufferevent after emptying its output buffers, so the budget
+ * hears of the bytes that go with it. */
+void gw_bev_free(struct bufferevent *bev)
+{
+	if (!bev)
+		return;
+	struct bufferevent *under = bufferevent_get_underlying(bev);
+	struct evbuffer *out = bufferevent_get_output(bev);
+	evbuffer_drain(out, evbuffer_get_length(out));
+	if (under) {
+		out = bufferevent_get_output(under);
+		evbuffer_drain(out, evbuffer_get_length(out));
+	}
+	bufferevent_free(bev);
+}
+
+bool gw_over_budget(struct conn *c)
+{
+	if (c->e->queued < GLOBAL_BUDGET)
+		return false;
+	if (!c->paused) {
+		c->paused = true;
+		c->paused_next = c->e->paused;
+		c->e->paused = c;
+	}
+	return true;
+}
+
+void gw_watch_output(struct gw_engine *e, struct bufferevent *bev)
+{
+	evbuffer_add_cb(bufferevent_get_output(bev), budget_cb, e);
+}
+
+/* ---- responses of our own ---- */
+
+/*
+ * Hands the gathered response bytes to the client's buffer in one piece:
+ * a TLS bufferevent writes one record per buffer chain, so a head and a
+ * small body made of many small adds would go out as a dozen records.
+ */
+void gw_flush_acc(struct conn *c)
+{
+	size_t len = evbuffer_get_length(c->acc);
+	if (!len)
+		return;
+	if (len <= 16384)
+		evbuffer_pullup(c->acc, -1);
+	bufferevent_write_buffer(c->cbev, c->acc);
+}
+
+bool gw_client_flushed(struct conn *c)
+{
+	if (evbuffer_get_length(bufferevent_get_output(c->cbev)) > 0)
+		return false;
+	struct bufferevent *under = bufferevent_get_underlying(c->cbev);
+	return !under || evbuffer_get_length(bufferevent_get_output(under)) == 0;
+}
+
+/* The socket under a closing TLS filter wrote something: free the
+ * connection from the loop (not from inside the buffer's callback) once
+ * all is out. */
+static void closing_drain_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *ud)
+{
+	struct conn *c = ud;
+	if (info->n_deleted && c->phase == P_CLOSING && gw_client_flushed(c))
+		event_active(c->timer, EV_TIMEOUT, 0);
+}
+
+void gw_close_when_flushed(struct conn *c)
+{
+	gw_flush_acc(c);
+	c->phase = P_CLOSING;
+	gw_release_upstream(c);
+	if (c->dns_req) {
+		evdns_getaddrinfo_cancel(c->dns_req);
+		c->dns_req = NULL;
+	}
+	bufferevent_disable(c->cbev, EV_READ);
+	/* A TLS filter's bytes sit in the socket's buffer below it: the
+	 * connection goes once that is empty too. */
+	struct bufferevent *under = bufferevent_get_underlying(c->cbev);
+	if (under) {
+		bufferevent_setwatermark(c->cbev, EV_WRITE, 0, 0);
+		evbuffer_add_cb(bufferevent_get_output(under), closing_drain_cb, c);
+	}
+	if (gw_client_flushed(c)) {
+		gw_conn_free(c);
+		return;
+	}
+	/* Bounded: a client that never reads goes after CLIENT_WRITE_MS. */
+	gw_arm_timer(c, CLIENT_WRITE_MS);
+}
+
+/* Answers with status and reason (plain text), audits, and closes or goes on. */
+void gw_respond_error(struct conn *c, int status, const char *reason, bool keep)
+{
+	c->status = status;
+	snprintf(c->reason, sizeof(c->reason), "%s", reason);
+	gw_audit(c, status >= 500 ? "allow" : "deny");
+	struct evbuffer *out = bufferevent_get_output(c->cbev);
+	char body[256];
+	int blen = snprintf(body, sizeof(body), "airlock: %s%s%s\n", reason,
+			    c->rule[0] ? " (rule " : "", c->rule[0] ? c->rule : "");
+	if (c->rule[0] && blen > 0 && (size_t)blen < sizeof(body) - 2) {
+		body[blen - 1] = ')';
+		body[blen] = '\n';
+		body[++blen] = '\0';
+	}
+	if (blen < 0)
+		blen = 0;
+	if ((size_t)blen >= sizeof(body))
+		blen = sizeof(body) - 1;
+	bool close = !keep || c->req_close;
+	evbuffer_add_printf(out,
+			    "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+			    "Content-Length: %d\r\nX-Airlock-Reason: %s\r\nCache-Control: no-store\r\n"
+			    "Connection: %s\r\n\r\n",
+			    status, status_text(status), blen, reason, close ? "close" : "keep-alive");
+	if (!c->head_req)
+		evbuffer_add(out, body, (size_t)blen);
+	c->bytes_down = (uint64_t)blen;
+	if (close) {
+		gw_close_when_flushed(c);
+		return;
+	}
+	/* Next request on this connection. */
+	c->phase = P_HEAD;
+	c->head_started = false;
+	gw_arm_timer(c, IDLE_TIMEOUT_MS);
+	gw_process_client(c);
+}
+
+/* ---- request state ---- */
+
+void gw_reset_request(struct conn *c)
+{
+	free(c->path);
+	c->path = NULL;
+	c->method[0] = c->host[0] = c->rule[0] = c->reason[0] = '\0';
+	c->port = 0;
+	c->head_req = c->req_close = c->upgrade = c->http10 = false;
+	c->req_body = GW_BODY_NONE;
+	c->req_left = 0;
+	memset(&c->req_ch, 0, sizeof(c->req_ch));
+	c->req_done = false;
+	c->resp_head_done = c->resp_done = false;
+	c->resp_body = GW_BODY_NONE;
+	c->resp_left = 0;
+	memset(&c->resp_ch, 0, sizeof(c->resp_ch));
+	if (c->red) {
+		gw_redactor_free(c->red);
+		c->red = NULL;
+	}
+	c->rechunk = c->unframed = c->close_after = c->reused = false;
+	if (c->retry)
+		evbuffer_drain(c->retry, evbuffer_get_length(c->retry));
+	c->status = 0;
+	c->bytes_up = c->bytes_down = 0;
+	c->cred_name = NULL;
+	c->generation = c->e->policy ? c->e->policy->generation : 0;
+	c->audited = false;
+	c->head_started = false;
+	clock_gettime(CLOCK_MONOTONIC, &c->t0);
+	if (c->pending)
+		evbuffer_drain(c->pending, evbuffer_get_length(c->pending));
+}
+
+struct timeval gw_ms_tv(uint64_t ms)
+{
+	return (struct timeval){ .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+}
+
+void gw_arm_timer(struct conn *c, uint64_t ms)
+{
+	struct timeval tv = gw_ms_tv(ms);
+	evtimer_add(c->timer, &tv);
+}
+
+void gw_timer_cb(evutil_socket_t fd, short what, void *ud)
+{
+	struct conn *c = ud;
+	if (c->phase == P_CLOSING) {
+		gw_conn_free(c);
+		return;
+	}
+	if (c->phase == P_HEAD && c->head_started) {
+		gw_respond_error(c, 408, "the request head took too long", false);
+		return;
+	}
+	gw_conn_free(c);
+}
+
+/* ---- connections ---- */
+
+void gw_conn_hold(struct conn *c)
+{
+	c->hold++;
+}
+
+/* Whether c is still there to use after a call that may have freed it. */
+bool gw_conn_release(struct conn *c)
+{
+	c->hold--;
+	if (c->dead) {
+		if (c->hold == 0)
+			gw_conn_free(c);
+		return false;
+	}
+	return true;
+}
+
+void gw_conn_free(struct conn *c)
+{
+	struct gw_sbx *s = c->s;
+	if (c->hold) {
+		/* Someone up the stack still looks at it: stop everything now,
+		 * free when they are done. */
+		c->dead = true;
+		if (c->cbev)
+			bufferevent_disable(c->cbev, EV_READ | EV_WRITE);
+		if (c->ubev)
+			bufferevent_disable(c->ubev, EV_READ | EV_WRITE);
+		if (c->timer)
+			evtimer_del(c->timer);
+		if (c->kick_up)
+			event_del(c->kick_up);
+		if (c->kick_client)
+			event_del(c->kick_client);
+		return;
+	}
+	if (c->paused) {
+		for (struct conn **pp = &c->e->paused; *pp; pp = &(*pp)->paused_next)
+			if (*pp == c) {
+				*pp = c->paused_next;
+				break;
+			}
+	}
+	if (c->dns_req)
+		evdns_getaddrinfo_cancel(c->dns_req);
+	gw_release_upstream(c);
+	gw_bev_free(c->cbev);
+	if (c->timer)
+		event_free(c->timer);
+	if (c->kick_up)
+		event_free(c->kick_up);
+	if (c->kick_client)
+		event_free(c->kick_client);
+	if (c->pending)
+		evbuffer_free(c->pending);
+	if (c->retry)
+		evbuffer_free(c->retry);
+	if (c->acc)
+		evbuffer_free(c->acc);
+	if (c->red)
+		gw_redactor_free(c->red);
+	free(c->path);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	s->n_conns--;
+	free(c);
+}

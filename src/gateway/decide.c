@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#include <string.h>
+
+#include "gateway/decide.h"
+#include "gateway/github.h"
+#include "gateway/path.h"
+
+const struct gw_cred *gw_find_cred(const struct gw_config *cfg, const char *host, uint16_t port,
+				   const char *path)
+{
+	for (size_t i = 0; i < cfg->n_creds; i++) {
+		const struct gw_cred *cr = &cfg->creds[i];
+		if (!gw_host_pattern_matches(cr->host, cr->wildcard, host))
+			continue;
+		if (cr->port && cr->port != port)
+			continue;
+		if (cr->n_paths) {
+			bool ok = false;
+			for (size_t j = 0; j < cr->n_paths && !ok; j++)
+				ok = gw_path_has_prefix(path, cr->paths[j]);
+			if (!ok)
+				continue;
+		}
+		return cr;
+	}
+	return NULL;
+}
+
+void gw_decide_tunnel(const struct gw_config *cfg, const struct gw_policy *policy,
+		      const char *host, uint16_t port, struct gw_verdict *ret)
+{
+	*ret = (struct gw_verdict){ .allow = true, .generation = policy ? policy->generation : 0 };
+	if (cfg->mode == GW_MODE_OPEN) {
+		ret->rule = "open";
+		ret->reason = "network open";
+		return;
+	}
+	if (!gw_policy_host_may_allow(policy, host, port)) {
+		ret->allow = false;
+		ret->status = 403;
+		ret->reason = "no rule allows this host";
+		return;
+	}
+	ret->reason = "some rule allows this host";
+}
+
+void gw_decide_request(const struct gw_config *cfg, const struct gw_policy *policy,
+		       const struct gw_request_facts *rq, struct gw_verdict *ret)
+{
+	*ret = (struct gw_verdict){ .allow = true, .generation = policy ? policy->generation : 0 };
+	if (cfg->mode == GW_MODE_OPEN) {
+		ret->rule = "open";
+		ret->reason = "network open";
+	} else {
+		struct gw_decision d;
+		gw_policy_decide(policy, rq->method, rq->host, rq->port, rq->path, &d);
+		ret->rule = d.rule;
+		ret->generation = d.generation;
+		ret->reason = d.reason;
+		if (!d.allow) {
+			ret->allow = false;
+			ret->status = 403;
+			return;
+		}
+	}
+	const struct gw_cred *cred = gw_find_cred(cfg, rq->host, rq->port, rq->path);
+	if (cred && cred->github) {
+		if (cfg->n_grants == 0) {
+			cred = NULL; /* no grant, no credential */
+		} else if (!gw_github_allowed(cfg->grants, cfg->n_grants, rq->host, rq->path)) {
+			ret->allow = false;
+			ret->status = 403;
+			ret->reason = "repository not granted to this run";
+			return;
+		}
+	}
+	/* Never in clear text. */
+	ret->cred = rq->tls ? cred : NULL;
+}

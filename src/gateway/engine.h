@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Private to src/gateway: the engine's state and what its files call of
+ * each other.
+ *
+ *   engine.c    the loop, sandboxes (listeners, the DNS stub), the control
+ *               socket (ATTACH, policy generations)
+ *   client.c    the client side: accepting, TLS towards the sandbox, request
+ *               heads, the decision's two steps applied, request bodies
+ *   upstream.c  the upstream side: addresses, connecting, the pool of idle
+ *               connections, TLS sessions, the head the upstream gets
+ *   response.c  responses: heads and bodies back to the client, redacted
+ *               where a credential went out
+ *   conn.c      a connection's life: budget, timers, answers of our own,
+ *               closing
+ *   audit.c     the audit line of each decision
+ *   decide.c    the decisions themselves, as pure functions (decide.h)
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <openssl/ssl.h>
+
+#include "gateway/http.h"
+#include "gateway/internal.h"
+
+#define CONN_HIGH_WATER (256 * 1024)  /* per direction, then the other side pauses */
+#define GLOBAL_BUDGET (64ull << 20)   /* bytes queued in all output buffers */
+#define MAX_CONNS_PER_SANDBOX 4096
+/* Timeouts come from the configuration (limits:, see config.c). */
+#define HEAD_DEADLINE_MS (c->e->cfg->head_ms)
+#define IDLE_TIMEOUT_MS (c->e->cfg->idle_ms)
+#define UPSTREAM_CONNECT_MS (c->e->cfg->connect_ms)
+#define UPSTREAM_IDLE_MS (c->e->cfg->upstream_ms)
+#define CLIENT_WRITE_MS (c->e->cfg->write_ms)
+#define POOL_MAX 64         /* idle upstream connections per sandbox */
+#define POOL_IDLE_S 30      /* then closed */
+#define SESSION_CACHE 64    /* upstream TLS sessions kept for resumption */
+
+#define SESSION_CACHE 64    /* upstream TLS sessions kept for resumption */
+
+struct gw_sbx;
+struct conn;
+
+struct gw_engine {
+	struct event_base *base;
+	struct evdns_base *dns;
+	const struct gw_config *cfg;
+	const struct gw_policy *policy; /* the current generation */
+	struct gw_policy *owned_policy; /* when it came later (GW_IPC_POLICY) */
+	struct gw_vault *vault;
+	struct gw_ca *ca;
+	SSL_CTX *srv_ctx, *up_ctx;
+	X509_STORE *store;       /* up_ctx's */
+	struct {
+		char key[GW_HOST_MAX + 10]; /* host:port */
+		SSL_SESSION *sess;
+	} sessions[SESSION_CACHE];
+	unsigned next_session;
+	char *bundle;            /* the system bundle, until first needed */
+	size_t bundle_len;
+	struct gw_sbx *sandboxes;
+	bool exit_when_idle;
+	int ctl;
+	struct event *ctl_ev, *sig_int, *sig_term;
+	uint64_t queued;     /* bytes in all output buffers */
+	struct conn *paused; /* connections waiting for the global budget */
+};
+
+struct gw_sbx {
+	struct gw_engine *e;
+	char id[GW_SANDBOX_ID_MAX + 1];
+	int audit_fd;
+	struct evconnlistener *listeners[3];
+	int dns_fd, watch_fd;
+	struct event *dns_ev, *watch_ev;
+	struct evconnlistener *control; /* root's socket for policy changes */
+	struct conn *conns;
+	size_t n_conns;
+	struct pooled *pool; /* idle upstream connections, this sandbox's only */
+	size_t n_pool;
+	struct gw_sbx *next;
+};
+
+/* An idle kept-alive upstream connection waiting for its next request. */
+struct pooled {
+	struct gw_sbx *s;
+	struct bufferevent *bev;
+	char host[GW_HOST_MAX + 3];
+	uint16_t port;
+	bool tls;
+	struct pooled *next;
+};
+
+enum conn_kind { CK_PROXY = 0, CK_HTTP, CK_HTTPS };
+
+enum phase {
+	P_HEAD = 0, /* waiting for a request head */
+	P_RESOLVE,  /* looking the upstream up */
+	P_FORWARD,  /* request and response under way */
+	P_TUNNEL,   /* after 101: bytes both ways */
+	P_CLOSING,  /* flushing the last bytes to the client */
+};
+
+struct conn {
+	struct gw_engine *e;
+	struct gw_sbx *s;
+	struct conn *prev, *next;
+	struct conn *paused_next;
+	bool paused;
+	enum conn_kind kind;
+	enum phase phase;
+	struct bufferevent *cbev;
+	bool ctls;
+	SSL *cssl;
+	char tunnel_host[GW_HOST_MAX + 3]; /* CONNECT's host or the SNI (transparent 443) */
+	uint16_t tunnel_port;
+	char sni[GW_HOST_MAX + 3];
+	struct event *timer;
+	struct event *kick_up;     /* moves buffered upstream bytes on (after a pause) */
+	struct event *kick_client; /* moves buffered client bytes on */
+	unsigned hold;             /* callers up the stack still use it */
+	bool dead;                 /* freed while held: goes when the last hold does */
+	bool head_started;
+
+	/* The request under way. */
+	char method[33];
+	char host[GW_HOST_MAX + 3];
+	uint16_t port;
+	char *path; /* canonical path, for decisions and the audit log */
+	bool head_req, req_close, upgrade, http10;
+	enum gw_http_body req_body;
+	uint64_t req_left;
+	struct gw_chunked req_ch;
+	bool req_done;
+	struct evdns_getaddrinfo_request *dns_req;
+	struct evbuffer *pending; /* the head for the upstream, until it is connected */
+
+	/* The upstream. */
+	struct bufferevent *ubev;
+	char up_host[GW_HOST_MAX + 3];
+	uint16_t up_port;
+	bool up_tls, up_connected, up_reusable;
+
+	/* The response. */
+	bool resp_head_done, resp_done;
+	enum gw_http_body resp_body;
+	uint64_t resp_left;
+	struct gw_chunked resp_ch;
+	struct gw_redactor *red;
+	struct evbuffer *acc;      /* response bytes gathered, written to the client at once */
+	bool rechunk, unframed, close_after;
+	bool reused;               /* this exchange went on a kept-alive upstream connection */
+	struct evbuffer *retry;    /* its head, to resend once on a fresh connection */
+	int status;
+
+	/* For the audit line. */
+	struct timespec t0;
+	uint64_t bytes_up, bytes_down;
+	const char *cred_name;
+	char rule[GW_RULE_ID_MAX + 1];
+	uint64_t generation;
+	char reason[256];
+	bool audited;
+};
+
+/* conn.c */
+void gw_conn_hold(struct conn *c);
+/* Whether c is still there to use after a call that may have freed it. */
+bool gw_conn_release(struct conn *c);
+void gw_conn_free(struct conn *c);
+struct timeval gw_ms_tv(uint64_t ms);
+void gw_arm_timer(struct conn *c, uint64_t ms);
+void gw_timer_cb(evutil_socket_t fd, short what, void *ud);
+double gw_ms_since(const struct timespec *t0);
+void gw_bev_free(struct bufferevent *bev);
+bool gw_over_budget(struct conn *c);
+void gw_watch_output(struct gw_engine *e, struct bufferevent *bev);
+void gw_flush_acc(struct conn *c);
+bool gw_client_flushed(struct conn *c);
+void gw_close_when_flushed(struct conn *c);
+void gw_respond_error(struct conn *c, int status, const char *reason, bool keep);
+void gw_reset_request(struct conn *c);
+
+/* audit.c */
+void gw_audit(struct conn *c, const char *decision);
+
+/* client.c */
+void gw_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+		  void *ud);
+int gw_cert_cb(SSL *ssl, void *arg);
+int gw_alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+	       const unsigned char *in, unsigned int inlen, void *arg);
+void gw_process_client(struct conn *c);
+void gw_client_read_cb(struct bufferevent *bev, void *ud);
+void gw_client_write_cb(struct bufferevent *bev, void *ud);
+void gw_client_event_cb(struct bufferevent *bev, short what, void *ud);
+
+/* upstream.c */
+void gw_upstream_start(struct conn *c);
+void gw_release_upstream(struct conn *c);
+void gw_pooled_free(struct pooled *p);
+void gw_build_upstream_head(struct conn *c, const struct gw_http_request *req,
+			    const char *canon, const char *query, size_t query_len,
+			    const struct gw_cred *cred, const char *secret, size_t secret_len);
+/* Upstream TLS sessions resumed per host:port. */
+void gw_upstream_ctx_setup(struct gw_engine *e);
+void gw_upstream_sessions_free(struct gw_engine *e);
+
+/* response.c */
+void gw_pump_response(struct conn *c);
+void gw_response_body_done(struct conn *c);
