@@ -106,9 +106,27 @@ static void check_accepted(const char *buf, const struct gw_http_request *req)
 		check(!"form");
 	}
 	if (req->form != GW_FORM_ORIGIN && req->host.len) {
-		check(req->host.len == req->authority.len);
-		check(mem_eq_ci(req->host.p, req->authority.p, req->host.len));
+		bool same = req->host.len == req->authority.len &&
+			    mem_eq_ci(req->host.p, req->authority.p, req->host.len);
+		/* CONNECT h:443 (or h:80) with Host: h, as Node's proxy agent sends. */
+		struct sv rest = { req->authority.p + req->host.len,
+				   req->authority.len - req->host.len };
+		bool default_port = req->form == GW_FORM_AUTHORITY &&
+				    req->host.len < req->authority.len &&
+				    mem_eq_ci(req->host.p, req->authority.p, req->host.len) &&
+				    (lit_eq_ci(rest, ":443") || lit_eq_ci(rest, ":80"));
+		check(same || default_port);
 	}
+	/* Only methods the gateway knows, in their case. */
+	static const char *const methods[] = { "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH",
+					       "OPTIONS", "CONNECT", "PROPFIND", "PROPPATCH",
+					       "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "REPORT",
+					       "MKCALENDAR", "SEARCH", NULL };
+	bool known = false;
+	for (size_t i = 0; methods[i] && !known; i++)
+		known = req->method.len == strlen(methods[i]) &&
+			memcmp(req->method.p, methods[i], req->method.len) == 0;
+	check(known);
 
 	check(req->n_fields <= GW_HTTP_MAX_FIELDS);
 	size_t n_cl = 0, n_te = 0, n_host = 0;
@@ -192,6 +210,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	int r = gw_http_parse_request(buf, size, &req);
 	check(r == 1 || r == 0 || r == -400 || r == -414 || r == -431 || r == -501);
+	if (r < 0) {
+		/* What was parsed before a refusal lies in the buffer. */
+		check_span(buf, size, req.method, true);
+		check_span(buf, size, req.target, true);
+		check_span(buf, size, req.authority, true);
+		check_span(buf, size, req.path, true);
+		check_span(buf, size, req.host, true);
+		check(req.n_fields <= GW_HTTP_MAX_FIELDS);
+		memset(&req, 0, sizeof(req));
+	}
 
 	if (r == -414) {
 		check(size > GW_HTTP_LINE_MAX);

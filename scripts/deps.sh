@@ -4,7 +4,8 @@
 set -euo pipefail
 
 build=(meson ninja-build pkg-config gcc clang libseccomp-dev libyaml-dev libcmocka-dev
-       libjansson-dev libssl-dev libevent-dev libzstd-dev libarchive-dev)
+       libjansson-dev libssl-dev libevent-dev libzstd-dev libarchive-dev zlib1g-dev
+       libbrotli-dev)
 test=(python3 python3-pytest busybox-static util-linux iproute2 procps curl git openssl nodejs)
 bench=(bubblewrap crun hyperfine squid-openssl mitmproxy squashfs-tools zstd)
 

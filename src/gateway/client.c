@@ -38,6 +38,40 @@ static bool span_copy(struct sv s, char *out, size_t size)
 	return true;
 }
 
+/* The audit line of a head refused before its decision names whatever
+ * was parsed of it: method, host, port and path (without the query).
+ * Every byte of a request line and of field values is visible ASCII. */
+static void note_refused_head(struct conn *c, const struct gw_http_request *req)
+{
+	if (!c->method[0] && req->method.len)
+		span_copy(req->method, c->method, sizeof(c->method));
+	struct sv a = req->authority.len ? req->authority : req->host;
+	if (!c->host[0] && a.len) {
+		uint16_t port = 0;
+		if (gw_parse_hostport(a.p, a.len, c->host, sizeof(c->host), &port, false) < 0) {
+			size_t n = a.len < sizeof(c->host) - 1 ? a.len : sizeof(c->host) - 1;
+			memcpy(c->host, a.p, n);
+			c->host[n] = '\0';
+		} else if (!c->port) {
+			c->port = port;
+		}
+	}
+	/* Inside a tunnel its host is known whatever the head said. */
+	if (!c->host[0] && c->ctls && c->tunnel_host[0]) {
+		snprintf(c->host, sizeof(c->host), "%s", c->tunnel_host);
+		c->port = c->tunnel_port;
+	}
+	struct sv path = req->path;
+	if (!path.len && req->target.len && req->target.p[0] == '/')
+		path = req->target; /* refused before the target's form was known */
+	if (!c->path && path.len) {
+		const char *q = memchr(path.p, '?', path.len);
+		size_t n = q ? (size_t)(q - path.p) : path.len;
+		c->path = strndup(path.p, n < GW_PATH_MAX ? n : GW_PATH_MAX);
+	}
+}
+
+/* Host[:port] from a Host field or authority, normalized; the default port when absent. */
 static int host_port(struct sv s, uint16_t dflt, char *host, size_t size, uint16_t *port)
 {
 	uint16_t p = 0;
@@ -176,6 +210,7 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 	int pr = gw_path_canonical(req->path.p, req->path.len, canon, GW_PATH_MAX + 1, &qoff);
 	if (pr < 0) {
 		free(canon);
+		note_refused_head(c, req);
 		evbuffer_drain(in, req->head_len);
 		gw_respond_error(c, 400, "ambiguous or malformed path", false);
 		return;
@@ -207,6 +242,21 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		secret = gw_vault_get(e->vault, cred->secret, &secret_len);
 	if (!secret)
 		cred = NULL;
+	if (cred && c->upgrade) {
+		/* What comes back is redacted: WebSocket frames can be, other
+		 * protocols (h2c, ...) cannot. */
+		bool websocket = false;
+		for (size_t i = 0; i < req->n_fields; i++)
+			if (sv_equal_ci_cstr(req->fields[i].name, "upgrade") &&
+			    sv_equal_ci_cstr(req->fields[i].value, "websocket"))
+				websocket = true;
+		if (!websocket) {
+			evbuffer_drain(in, req->head_len);
+			gw_respond_error(c, 501, "only a WebSocket upgrade can carry a credential",
+					 false);
+			return;
+		}
+	}
 	c->cred_name = cred ? cred->secret : NULL;
 	if (cred && gw_redactor_new(e->vault, &c->red) < 0) {
 		gw_conn_free(c);
@@ -221,8 +271,16 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 	gw_upstream_start(c);
 }
 
-static int chunk_noop(const char *p, size_t n, void *ud)
+/* A piece of chunk data, framed again by us: chunk-size lines (and their
+ * extensions) and trailers are never forwarded as the client wrote them. */
+static int chunk_out(const char *p, size_t n, void *ud)
 {
+	struct evbuffer *out = ud;
+	if (n == 0)
+		return 0; /* a zero-size chunk would end the body */
+	if (evbuffer_add_printf(out, "%zx\r\n", n) < 0 || evbuffer_add(out, p, n) < 0 ||
+	    evbuffer_add(out, "\r\n", 2) < 0)
+		return -1;
 	return 0;
 }
 
@@ -248,8 +306,8 @@ static void pump_request_body(struct conn *c)
 			if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
 				return;
 			size_t used;
-			int r = gw_chunked_feed(&c->req_ch, v.iov_base, v.iov_len, &used, chunk_noop,
-						NULL);
+			int r = gw_chunked_feed(&c->req_ch, v.iov_base, v.iov_len, &used, chunk_out,
+						out);
 			if (r < 0) {
 				/* Part of the body went already: nothing to answer. */
 				snprintf(c->reason, sizeof(c->reason), "malformed chunked request body");
@@ -258,9 +316,14 @@ static void pump_request_body(struct conn *c)
 				gw_conn_free(c);
 				return;
 			}
-			take = used;
-			if (r == 1)
+			evbuffer_drain(in, used);
+			c->bytes_up += used;
+			if (r == 1) {
+				/* The last chunk, with no trailer. */
+				evbuffer_add(out, "0\r\n\r\n", 5);
 				c->req_done = true;
+			}
+			continue;
 		}
 		evbuffer_remove_buffer(in, out, take);
 		c->bytes_up += take;
@@ -303,9 +366,14 @@ void gw_process_client(struct conn *c)
 			}
 			evtimer_del(c->timer);
 			if (r < 0) {
-				free(req);
 				gw_reset_request(c);
-				gw_respond_error(c, -r, r == -400 ? "malformed request" :
+				note_refused_head(c, req);
+				bool method = r == -501 && !req->http10 && req->method.len &&
+					      req->target.len;
+				free(req);
+				gw_respond_error(c, -r, method ? "method not supported (methods are "
+								 "case-sensitive; TRACE is refused)" :
+						     r == -400 ? "malformed request" :
 						     r == -414 ? "request line too long" :
 						     r == -431 ? "request head too large" :
 								 "not implemented",
@@ -357,9 +425,10 @@ void gw_client_write_cb(struct bufferevent *bev, void *ud)
 	/* Drained below the low-water mark: the upstream may send again, and
 	 * what it sent while we were paused moves on now (no new byte may
 	 * come to wake us). */
-	if (c->ubev && !c->paused) {
-		bufferevent_enable(c->ubev, EV_READ);
-		if (evbuffer_get_length(bufferevent_get_input(c->ubev)) > 0)
+	if (!c->paused) {
+		if (c->ubev && !c->up_gone)
+			bufferevent_enable(c->ubev, EV_READ);
+		if (gw_response_pending(c))
 			event_active(c->kick_up, EV_TIMEOUT, 0);
 	}
 }
@@ -436,8 +505,7 @@ int gw_alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
 static void kick_up_cb(evutil_socket_t fd, short what, void *ud)
 {
 	struct conn *c = ud;
-	if (c->ubev && (c->phase == P_FORWARD || c->phase == P_TUNNEL) &&
-	    evbuffer_get_length(bufferevent_get_input(c->ubev)) > 0)
+	if (gw_response_pending(c))
 		gw_pump_response(c);
 }
 

@@ -14,6 +14,7 @@
 
 #include "common/cleanup.h"
 #include "common/config.h"
+#include "common/encode.h"
 #include "gateway/internal.h"
 #include "gateway/path.h"
 
@@ -634,6 +635,50 @@ int gw_config_check_vault(const struct gw_config *cfg, const struct gw_vault *v,
 			return al_error_set(err, -ENOENT,
 					    "credentials[%zu]: the vault %s has no secret \"%s\"", i,
 					    cfg->vault_file ? cfg->vault_file : "", cfg->creds[i].secret);
+	}
+	return 0;
+}
+
+/* Each credential's secret in the form the gateway writes it, so that an
+ * upstream echoing that form is redacted too. */
+int gw_config_add_secret_forms(const struct gw_config *cfg, struct gw_vault *v,
+			       struct al_error *err)
+{
+	for (size_t i = 0; i < cfg->n_creds; i++) {
+		const struct gw_cred *cr = &cfg->creds[i];
+		size_t len;
+		const char *secret = gw_vault_get(v, cr->secret, &len);
+		if (!secret)
+			continue; /* gw_config_check_vault says so */
+		int r = 0;
+		if (cr->kind == GW_CRED_BASIC) {
+			size_t ul = strlen(cr->name), pl = ul + 1 + len;
+			_cleanup_free_ char *pair = malloc(pl);
+			_cleanup_free_ char *b64 = malloc(enc_base64_len(pl) + 1);
+			if (!pair || !b64)
+				return al_error_set(err, -ENOMEM, "out of memory");
+			memcpy(pair, cr->name, ul);
+			pair[ul] = ':';
+			memcpy(pair + ul + 1, secret, len);
+			enc_base64(pair, pl, b64);
+			r = gw_vault_add_form(v, b64, strlen(b64));
+			explicit_bzero(pair, pl);
+			explicit_bzero(b64, strlen(b64));
+		} else if (cr->kind == GW_CRED_QUERY) {
+			_cleanup_free_ char *pct = malloc(3 * len + 1);
+			if (!pct)
+				return al_error_set(err, -ENOMEM, "out of memory");
+			for (int lower = 0; lower < 2 && r == 0; lower++) {
+				enc_percent(secret, len, lower, pct);
+				r = gw_vault_add_form(v, pct, strlen(pct));
+			}
+			explicit_bzero(pct, 3 * len + 1);
+		}
+		if (r < 0)
+			return al_error_set(err, r,
+					    "credentials[%zu]: the encoded form of secret \"%s\" cannot be "
+					    "redacted safely",
+					    i, cr->secret);
 	}
 	return 0;
 }

@@ -14,7 +14,9 @@
 #include <event2/bufferevent_ssl.h>
 
 #include "gateway/engine.h"
+#include "gateway/decode.h"
 #include "gateway/vault.h"
+#include "gateway/ws.h"
 
 double gw_ms_since(const struct timespec *t0)
 {
@@ -219,6 +221,15 @@ void gw_reset_request(struct conn *c)
 		gw_redactor_free(c->red);
 		c->red = NULL;
 	}
+	gw_decoder_free(c->dec);
+	c->dec = NULL;
+	if (c->dec_in)
+		evbuffer_drain(c->dec_in, evbuffer_get_length(c->dec_in));
+	c->dec_step = 0;
+	c->wire_done = false;
+	c->up_gone = 0;
+	gw_ws_free(c->ws);
+	c->ws = NULL;
 	c->rechunk = c->unframed = c->close_after = c->reused = false;
 	if (c->retry)
 		evbuffer_drain(c->retry, evbuffer_get_length(c->retry));
@@ -321,6 +332,10 @@ void gw_conn_free(struct conn *c)
 		evbuffer_free(c->acc);
 	if (c->red)
 		gw_redactor_free(c->red);
+	gw_decoder_free(c->dec);
+	if (c->dec_in)
+		evbuffer_free(c->dec_in);
+	gw_ws_free(c->ws);
 	free(c->path);
 	if (c->prev)
 		c->prev->next = c->next;

@@ -150,13 +150,21 @@ struct conn {
 	char up_host[GW_HOST_MAX + 3];
 	uint16_t up_port;
 	bool up_tls, up_connected, up_reusable;
+	/* The upstream ended (1: EOF, 2: error or timeout) while bytes it sent
+	 * may still wait in its input buffer for the client. */
+	int up_gone;
 
 	/* The response. */
 	bool resp_head_done, resp_done;
 	enum gw_http_body resp_body;
 	uint64_t resp_left;
 	struct gw_chunked resp_ch;
-	struct gw_redactor *red;
+	struct gw_redactor *red;   /* a credential went out: what comes back is redacted */
+	struct gw_decoder *dec;    /* ... and decoded first when the upstream compressed it */
+	struct evbuffer *dec_in;   /* encoded body bytes waiting for the decoder */
+	size_t dec_step;           /* decoded bytes of the current decoder call */
+	bool wire_done;            /* the body's last byte came from the upstream */
+	struct gw_ws *ws;          /* after a credentialed WebSocket upgrade: frames redacted */
 	struct evbuffer *acc;      /* response bytes gathered, written to the client at once */
 	bool rechunk, unframed, close_after;
 	bool reused;               /* this exchange went on a kept-alive upstream connection */
@@ -218,4 +226,7 @@ void gw_upstream_sessions_free(struct gw_engine *e);
 
 /* response.c */
 void gw_pump_response(struct conn *c);
+/* Response bytes wait for the client to take them (from the upstream's
+ * buffer, or the decoder's). */
+bool gw_response_pending(const struct conn *c);
 void gw_response_body_done(struct conn *c);

@@ -130,6 +130,64 @@ static bool is_authority(struct sv a, bool need_port)
 	return is_port(a.p + i + 1, a.len - i - 1);
 }
 
+/* The host and the port of an authority already checked by
+ * is_authority(); port empty when absent. */
+static void split_authority(struct sv a, struct sv *host, struct sv *port)
+{
+	size_t end = 0;
+	if (a.len && a.p[0] == '[') {
+		while (end < a.len && a.p[end] != ']')
+			end++;
+		end = end < a.len ? end + 1 : end;
+	} else {
+		while (end < a.len && a.p[end] != ':')
+			end++;
+	}
+	*host = sv_head(a, end);
+	*port = end < a.len ? sv_skip(a, end + 1) : sv_skip(a, a.len);
+}
+
+/*
+ * Whether Host names the request target's authority: the same text
+ * (ignoring case), or, for CONNECT, Host without a port naming the
+ * target's host when the target's port is the default of a scheme a
+ * tunnel carries (80 or 443): RFC 9110 lets Host omit a default port, and
+ * Node's proxy agent (undici) sends "CONNECT h:443" with "Host: h". A Host
+ * with another port, or another host, still differs.
+ */
+static bool host_names_authority(struct sv host, struct sv authority, bool connect)
+{
+	if (sv_equal_ci(host, authority))
+		return true;
+	if (!connect)
+		return false;
+	struct sv hh, hp, ah, ap;
+	split_authority(host, &hh, &hp);
+	split_authority(authority, &ah, &ap);
+	return hp.len == 0 && sv_equal_ci(hh, ah) &&
+	       (sv_equal_cstr(ap, "443") || sv_equal_cstr(ap, "80"));
+}
+
+/* Methods are case-sensitive tokens (RFC 9110 9.1). The gateway frames a
+ * response by its request's method (HEAD has no body, a 2xx to CONNECT is
+ * a tunnel), so a method it does not know, or knows in another case
+ * ("head" is HEAD to some servers), could frame a response differently
+ * from the upstream: refused instead (501). TRACE is left out: it echoes
+ * the request, injected credentials included. */
+static bool known_method(struct sv m)
+{
+	static const char *const methods[] = {
+		"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT",
+		/* WebDAV (RFC 4918, 3253, 4791, 5323) */
+		"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "REPORT",
+		"MKCALENDAR", "SEARCH", NULL,
+	};
+	for (size_t i = 0; methods[i]; i++)
+		if (sv_equal_cstr(m, methods[i]))
+			return true;
+	return false;
+}
+
 /* 1*DIGIT without a leading zero (but "0"), fitting uint64_t. */
 static bool parse_length(struct sv v, uint64_t *ret)
 {
@@ -167,6 +225,8 @@ static int parse_request_line(struct http_parse *st, const char *line, size_t le
 	struct sv version = { sp2 + 1, (size_t)(line + len - sp2 - 1) };
 	if (!is_token(req->method) || req->target.len == 0)
 		return HTTP_BAD;
+	if (!known_method(req->method))
+		return HTTP_NOT_IMPLEMENTED;
 	if (memchr(req->target.p, ' ', req->target.len))
 		return HTTP_BAD;
 	/* HTTP-name is case-sensitive. */
@@ -262,7 +322,8 @@ static int parse_field(struct http_parse *st, struct sv name, struct sv value)
 			return HTTP_BAD;
 		/* Where the request goes must not depend on which of the two
 		 * a server looks at. */
-		if (req->form != GW_FORM_ORIGIN && !sv_equal_ci(value, req->authority))
+		if (req->form != GW_FORM_ORIGIN &&
+		    !host_names_authority(value, req->authority, st->connect))
 			return HTTP_BAD;
 		st->have_host = true;
 		req->host = value;
@@ -337,9 +398,8 @@ static int read_field(const char *buf, size_t len, size_t *pi, bool obs_text, in
 	return 1;
 }
 
-int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *ret)
+static int parse_request(const char *buf, size_t len, struct http_parse *st)
 {
-	struct http_parse st = { 0 };
 	size_t i;
 	int r;
 
@@ -362,7 +422,7 @@ int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *r
 	r = line_end(buf, len, i);
 	if (r != 0)
 		return r > 0 ? 0 : r;
-	r = parse_request_line(&st, buf, i);
+	r = parse_request_line(st, buf, i);
 	if (r < 0)
 		return r;
 	i += 2;
@@ -383,7 +443,7 @@ int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *r
 		}
 		if (is_ows(c))
 			return HTTP_BAD; /* obs-fold, or whitespace before the first field */
-		if (st.req.n_fields == GW_HTTP_MAX_FIELDS)
+		if (st->req.n_fields == GW_HTTP_MAX_FIELDS)
 			return HTTP_HEAD_TOO_LARGE;
 
 		struct sv name, value;
@@ -391,26 +451,34 @@ int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *r
 		if (r <= 0)
 			return r;
 
-		r = parse_field(&st, name, value);
+		r = parse_field(st, name, value);
 		if (r < 0)
 			return r;
-		st.req.fields[st.req.n_fields++] = (struct gw_http_field){ name, value };
+		st->req.fields[st->req.n_fields++] = (struct gw_http_field){ name, value };
 	}
 
 	/* HTTP/1.0 clients (Python's urllib, pip, openssl s_client) send
 	 * CONNECT and absolute-form requests without Host: the target names
 	 * the host. Everywhere else Host is required. */
-	if (!st.have_host && !(st.http10 && st.req.form != GW_FORM_ORIGIN))
+	if (!st->have_host && !(st->http10 && st->req.form != GW_FORM_ORIGIN))
 		return HTTP_BAD;
-	st.req.upgrade = st.connection_upgrade && st.have_upgrade;
+	st->req.upgrade = st->connection_upgrade && st->have_upgrade;
 	/* HTTP/1.0 has no persistent connections here (no keep-alive). */
-	if (st.http10)
-		st.req.connection_close = true;
-	st.req.http10 = st.http10;
-	st.req.head_len = i;
-	if (ret)
-		*ret = st.req;
+	if (st->http10)
+		st->req.connection_close = true;
+	st->req.http10 = st->http10;
+	st->req.head_len = i;
 	return 1;
+}
+
+int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *ret)
+{
+	struct http_parse st = { 0 };
+	int r = parse_request(buf, len, &st);
+	/* A refusal too: what was parsed before it, for the audit line. */
+	if (r != 0 && ret)
+		*ret = st.req;
+	return r;
 }
 
 /*

@@ -63,7 +63,9 @@ struct gw_http_request {
  * Parses the head at the start of buf (len bytes so far).
  * Returns 1 and fills *ret when a whole head is there; 0 when more bytes
  * are needed (and the limits still allow them); or a negative HTTP status
- * to answer before closing the connection:
+ * to answer before closing the connection, with *ret holding what was
+ * parsed before the refusal (the method, target, authority, path and Host
+ * when they came before it; empty views otherwise):
  *   -400  malformed: bare CR or LF, obs-fold (a line starting with space or
  *         tab), a control byte or byte >= 0x80 in the request line, a field
  *         name that is not a token, a space before the colon, a CTL other
@@ -76,10 +78,13 @@ struct gw_http_request {
  *         with Transfer-Encoding, a Transfer-Encoding other than exactly
  *         "chunked" (any other coding, a list, repeats), a CONNECT target
  *         that is not host:port, any other method with an authority-form
- *         target, an asterisk-form target
+ *         target, an asterisk-form target. Host must equal the CONNECT or
+ *         absolute-form authority, except that on CONNECT to port 80 or
+ *         443 it may leave that port out (Node's proxy agent does).
  *   -414  request line longer than GW_HTTP_LINE_MAX
  *   -431  head longer than GW_HTTP_HEAD_MAX, or more than GW_HTTP_MAX_FIELDS fields
- *   -501  Transfer-Encoding on HTTP/1.0
+ *   -501  Transfer-Encoding on HTTP/1.0; a method the gateway does not
+ *         know (methods are case-sensitive: "head" is not HEAD), and TRACE
  * Never reads past buf + len.
  */
 int gw_http_parse_request(const char *buf, size_t len, struct gw_http_request *ret);

@@ -88,6 +88,10 @@ const struct gw_static_host *gw_config_static_host(const struct gw_config *cfg,
 /* Every credential's secret is in the vault (the gateway checks at start). */
 int gw_config_check_vault(const struct gw_config *cfg, const struct gw_vault *v,
 			  struct al_error *err);
+/* Adds the forms in which the gateway writes each credential (base64 of a
+ * Basic pair, percent-encoded query values) to what the vault redacts. */
+int gw_config_add_secret_forms(const struct gw_config *cfg, struct gw_vault *v,
+			       struct al_error *err);
 
 /* proxy.c: the event loop serving sandboxes. */
 struct gw_engine;

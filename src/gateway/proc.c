@@ -217,6 +217,8 @@ static int prepare_engine(const struct gw_config *cfg, bool exit_when_idle,
 		rc = gw_vault_load(cfg->vault_file, &vault, err);
 		if (rc == 0)
 			rc = gw_config_check_vault(cfg, vault, err);
+		if (rc == 0)
+			rc = gw_config_add_secret_forms(cfg, vault, err);
 		if (rc < 0) {
 			gw_vault_free(vault);
 			return rc;

@@ -177,6 +177,10 @@ void gw_build_upstream_head(struct conn *c, const struct gw_http_request *req,
 		 * echo of it can be redacted. */
 		if (cred && sv_equal_ci_cstr(f->name, "accept-encoding"))
 			continue;
+		/* Nor a compressed WebSocket (permessage-deflate): its frames
+		 * are redacted. */
+		if (cred && c->upgrade && sv_equal_ci_cstr(f->name, "sec-websocket-extensions"))
+			continue;
 		evbuffer_add(out, f->name.p, f->name.len);
 		evbuffer_add(out, ": ", 2);
 		evbuffer_add(out, f->value.p, f->value.len);
@@ -410,6 +414,17 @@ static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_
 	gw_process_client(c);
 }
 
+static bool idempotent(const char *method)
+{
+	static const char *const m[] = { "GET", "HEAD", "OPTIONS", "PUT", "DELETE", "PROPFIND",
+					 "MKCOL", "COPY", "MOVE", "UNLOCK", "REPORT", "SEARCH",
+					 NULL };
+	for (size_t i = 0; m[i]; i++)
+		if (strcmp(method, m[i]) == 0)
+			return true;
+	return false;
+}
+
 /* Picks the upstream address: operator override, static host, IP literal, or DNS. */
 void gw_upstream_start(struct conn *c)
 {
@@ -420,9 +435,12 @@ void gw_upstream_start(struct conn *c)
 	    c->up_port == c->port && c->up_tls == c->ctls) {
 		c->phase = P_FORWARD;
 		c->reused = true;
-		/* The upstream may have closed it just now: a request without
-		 * a body can go again on a fresh connection. */
-		if (c->req_done && (c->retry || (c->retry = evbuffer_new())))
+		/* The upstream may have closed it just now: an idempotent
+		 * request without a body can go again on a fresh connection
+		 * (RFC 9112 9.3.1). A POST never does: the upstream may have
+		 * acted on it before the connection went. */
+		if (c->req_done && idempotent(c->method) &&
+		    (c->retry || (c->retry = evbuffer_new())))
 			evbuffer_add(c->retry, evbuffer_pullup(c->pending, -1),
 				     evbuffer_get_length(c->pending));
 		bufferevent_write_buffer(c->ubev, c->pending);
@@ -535,29 +553,15 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 		setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		return;
 	}
-	/* A response that ends with the connection. */
-	if ((what & BEV_EVENT_EOF) && c->phase == P_FORWARD && c->resp_head_done &&
-	    c->resp_body == GW_BODY_CLOSE) {
-		gw_conn_hold(c);
+	/* The upstream ended while a response (or a tunnel) is under way:
+	 * what it sent before still goes to the client as the client takes
+	 * it; the pump then ends the body (up to the close), cuts it off (a
+	 * framed body not complete), or closes the tunnel. */
+	if (c->phase == P_TUNNEL || (c->phase == P_FORWARD && c->resp_head_done)) {
+		bufferevent_disable(bev, EV_READ | EV_WRITE);
+		c->up_gone = (what & BEV_EVENT_EOF) ? 1 : 2;
+		c->up_reusable = false;
 		gw_pump_response(c);
-		if (!gw_conn_release(c))
-			return;
-		if (c->phase == P_FORWARD && c->ubev) {
-			gw_bev_free(c->ubev);
-			c->ubev = NULL;
-			c->close_after = true;
-			gw_response_body_done(c);
-		}
-		return;
-	}
-	if (c->phase == P_TUNNEL) {
-		gw_conn_hold(c);
-		gw_pump_response(c);
-		if (!gw_conn_release(c))
-			return;
-		gw_bev_free(c->ubev);
-		c->ubev = NULL;
-		gw_close_when_flushed(c);
 		return;
 	}
 	if (c->phase == P_FORWARD && !c->resp_head_done && c->reused && c->retry &&
@@ -588,18 +592,6 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 		gw_bev_free(c->ubev);
 		c->ubev = NULL;
 		gw_respond_error(c, what & BEV_EVENT_TIMEOUT ? 504 : 502, why, false);
-		return;
-	}
-	if (c->phase == P_FORWARD && !c->resp_done) {
-		/* Cut off in the middle of a framed body: the client must see
-		 * it cut off too — unless the bytes we still held end it. */
-		gw_conn_hold(c);
-		gw_pump_response(c);
-		if (!gw_conn_release(c) || c->phase != P_FORWARD || c->resp_done)
-			return;
-		snprintf(c->reason, sizeof(c->reason), "upstream closed mid-response");
-		gw_audit(c, "allow");
-		gw_conn_free(c);
 		return;
 	}
 	/* An idle kept-alive upstream went away: forget it. */

@@ -25,10 +25,21 @@ struct gw_secret {
 	size_t len;
 };
 
+/* A byte string the redactor replaces: a secret's value (borrowed from
+ * it) or a form the gateway writes it in (owned). */
+struct gw_form {
+	char *p;
+	size_t len;
+	bool owned;
+};
+
 struct gw_vault {
 	size_t n_secrets;
-	size_t max_len;
+	size_t max_len; /* of every form */
 	struct gw_secret secrets[GW_VAULT_MAX_SECRETS];
+	size_t n_forms;
+	struct gw_form forms[GW_VAULT_MAX_FORMS];
+	bool first[256]; /* some form starts with this byte */
 };
 
 struct gw_redactor {
@@ -49,6 +60,11 @@ void gw_vault_free(struct gw_vault *v)
 			free(v->secrets[i].value);
 		}
 	}
+	for (size_t i = 0; i < v->n_forms; i++)
+		if (v->forms[i].owned) {
+			explicit_bzero(v->forms[i].p, v->forms[i].len);
+			free(v->forms[i].p);
+		}
 	explicit_bzero(v, sizeof(*v));
 	free(v);
 }
@@ -93,6 +109,38 @@ static bool overlaps_marker(const char *s, size_t len)
 			return true;
 	}
 	return false;
+}
+
+static int add_form(struct gw_vault *v, char *p, size_t len, bool owned)
+{
+	for (size_t i = 0; i < v->n_forms; i++)
+		if (v->forms[i].len == len && memcmp(v->forms[i].p, p, len) == 0)
+			return 0; /* already there */
+	if (v->n_forms == GW_VAULT_MAX_FORMS)
+		return -E2BIG;
+	v->forms[v->n_forms++] = (struct gw_form){ .p = p, .len = len, .owned = owned };
+	v->first[(unsigned char)p[0]] = true;
+	if (len > v->max_len)
+		v->max_len = len;
+	return 1;
+}
+
+int gw_vault_add_form(struct gw_vault *v, const char *p, size_t len)
+{
+	if (!v || !p || len < GW_SECRET_MIN || len > GW_SECRET_FORM_MAX)
+		return -EINVAL;
+	if (overlaps_marker(p, len))
+		return -EINVAL;
+	char *copy = malloc(len);
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, p, len);
+	int r = add_form(v, copy, len, true);
+	if (r <= 0) {
+		explicit_bzero(copy, len);
+		free(copy);
+	}
+	return r < 0 ? r : 0;
 }
 
 static int parse_secret(const struct config_node *map, size_t i, struct gw_secret *s,
@@ -174,8 +222,9 @@ static int parse_doc(const struct config_doc *doc, struct gw_vault **ret, struct
 			if (strcmp(v->secrets[j].name, v->secrets[i].name) == 0)
 				return config_error(config_map_value(map, i), NULL, err,
 						    "the name is used twice");
-		if (v->secrets[i].len > v->max_len)
-			v->max_len = v->secrets[i].len;
+		rc = add_form(v, v->secrets[i].value, v->secrets[i].len, false);
+		if (rc < 0)
+			return al_error_set(err, rc, "too many secrets");
 	}
 	*ret = TAKE_PTR(v);
 	return 0;
@@ -352,16 +401,20 @@ static int scan(struct gw_redactor *r, bool final, int (*emit)(const char *p, si
 	const char *buf = r->buf;
 	size_t n = r->len, pos = 0, start = 0;
 	while (pos < n) {
+		if (!v->first[(unsigned char)buf[pos]]) {
+			pos++;
+			continue;
+		}
 		size_t best = 0, avail = n - pos;
 		bool wait = false;
-		for (size_t i = 0; i < v->n_secrets; i++) {
-			const struct gw_secret *s = &v->secrets[i];
-			if (buf[pos] != s->value[0])
+		for (size_t i = 0; i < v->n_forms; i++) {
+			const struct gw_form *s = &v->forms[i];
+			if (buf[pos] != s->p[0])
 				continue;
 			if (avail >= s->len) {
-				if (s->len > best && memcmp(buf + pos, s->value, s->len) == 0)
+				if (s->len > best && memcmp(buf + pos, s->p, s->len) == 0)
 					best = s->len;
-			} else if (!final && memcmp(buf + pos, s->value, avail) == 0) {
+			} else if (!final && memcmp(buf + pos, s->p, avail) == 0) {
 				wait = true;
 				break;
 			}

@@ -21,6 +21,10 @@
 #define GW_VAULT_NAME_MAX 64
 #define GW_SECRET_MIN 8     /* shorter values cannot be redacted safely */
 #define GW_SECRET_MAX 8192
+/* Forms of a secret the gateway writes (base64 of a Basic pair, percent-
+ * encoded): a little longer than the secret itself. */
+#define GW_SECRET_FORM_MAX (4 * GW_SECRET_MAX)
+#define GW_VAULT_MAX_FORMS 1024
 #define GW_REDACTED "[redacted]"
 
 struct gw_vault;
@@ -53,7 +57,17 @@ const char *gw_vault_get(const struct gw_vault *v, const char *name, size_t *ret
 size_t gw_vault_count(const struct gw_vault *v);
 
 /*
- * A streaming redactor: replaces every occurrence of every vault value with
+ * Adds another form of a secret to redact (the gateway adds the forms in
+ * which it writes each credential: base64 of "user:secret" for Basic,
+ * percent-encoded for a query parameter). Duplicates are ignored. -EINVAL
+ * for a form shorter than GW_SECRET_MIN or one that could still show
+ * after redaction (see gw_vault_load), -E2BIG past GW_VAULT_MAX_FORMS.
+ */
+int gw_vault_add_form(struct gw_vault *v, const char *p, size_t len);
+
+/*
+ * A streaming redactor: replaces every occurrence of every vault value,
+ * and of every form added with gw_vault_add_form, with
  * GW_REDACTED in a stream fed in pieces of any size, including occurrences
  * split across pieces (leftmost first, the longest of those starting there,
  * then on after it). The output does not depend on how the stream is cut.

@@ -14,6 +14,7 @@ import secrets
 import shutil
 import socket
 import time
+import urllib.parse
 import uuid
 
 import pytest
@@ -24,7 +25,9 @@ from upstream import OTHER, OWNER, REPO, Upstreams
 SECRET_API = "sk-real-" + secrets.token_hex(16)
 SECRET_GEN = "AIzaReal" + secrets.token_hex(16)
 SECRET_GH = "ghp_" + secrets.token_hex(18)
-ALL_SECRETS = (SECRET_API, SECRET_GEN, SECRET_GH)
+# A query credential whose value percent-encoding changes.
+SECRET_ODD = "odd+/=&key " + secrets.token_hex(12)
+ALL_SECRETS = (SECRET_API, SECRET_GEN, SECRET_GH, SECRET_ODD)
 
 AUDIT_KEYS = {"time", "sandbox", "generation", "rule", "decision", "method", "host", "port",
               "path", "status", "bytes_up", "bytes_down", "duration_ms", "credential", "reason"}
@@ -54,6 +57,10 @@ credentials:
     paths: [/v1/]
     header: x-api-key
     env: EXAMPLE_API_KEY
+  - secret: odd-key
+    host: gen.example.test
+    paths: [/odd/]
+    query: key
   - secret: google-key
     host: gen.example.test
     query: key
@@ -106,7 +113,8 @@ def gwfiles(tmp_path_factory):
         f.write("secrets:\n"
                 f"  example-key: \"{SECRET_API}\"\n"
                 f"  google-key: \"{SECRET_GEN}\"\n"
-                f"  github-token: \"{SECRET_GH}\"\n")
+                f"  github-token: \"{SECRET_GH}\"\n"
+                f"  odd-key: \"{SECRET_ODD}\"\n")
     os.chmod(vault, 0o600)
     return {"dir": d, "policy": str(policy), "vault": str(vault)}
 
@@ -167,6 +175,8 @@ def no_secret(data, where):
     for s in ALL_SECRETS:
         assert s not in data, f"a vault secret appeared in {where}"
         assert base64.b64encode(s.encode()).decode() not in data, f"base64 secret in {where}"
+        for q in (urllib.parse.quote(s, safe="-._~"), urllib.parse.quote_plus(s)):
+            assert q not in data and q.lower() not in data, f"a percent-encoded secret in {where}"
     basic = base64.b64encode(f"x-access-token:{SECRET_GH}".encode()).decode()
     assert basic not in data, f"the GitHub Basic credential appeared in {where}"
 

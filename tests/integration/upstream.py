@@ -127,14 +127,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _body(self):
         te = self.headers.get("Transfer-Encoding", "")
+        self.raw_chunked = []  # the chunk-size and trailer lines as they came
         if te.lower() == "chunked":
             out = b""
             while True:
                 line = self.rfile.readline(1024)
+                self.raw_chunked.append(line.decode("latin-1"))
                 size = int(line.split(b";")[0].strip() or b"0", 16)
                 if size == 0:
-                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                        pass
+                    while True:
+                        t = self.rfile.readline(1024)
+                        self.raw_chunked.append(t.decode("latin-1"))
+                        if t in (b"\r\n", b"\n", b""):
+                            break
                     return out
                 out += self.rfile.read(size)
                 self.rfile.readline(8)
@@ -169,14 +174,51 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "host": host,
             "headers": [[k.lower(), v] for k, v in self.headers.items()],
             "body": body[:65536].decode("latin-1"),
+            "raw_chunked": self.raw_chunked,
             "time": time.time(),
         }
         srv.recorder.add(rec)
+        params = rec["query_params"]
+        self.requests_here = getattr(self, "requests_here", 0) + 1
         upgrade = (self.headers.get("Upgrade") or "").lower()
         if upgrade == "websocket" and path.rstrip("/").endswith("/ws"):
             return self._websocket()
-        if hostname == "github.com" and srv.git_root:
+        if upgrade == "websocket" and path.endswith("/ws-key"):
+            return self._websocket_key(params)
+        if hostname == "github.com" and srv.git_root and "echo" not in params:
             return self._git(path, query, body)
+        if path.endswith("/stale") and self.requests_here > 1:
+            # A kept-alive connection the server drops when the next
+            # request arrives, without answering it.
+            self.close_connection = True
+            return
+        if path.endswith("/enc"):
+            # The echo, compressed in the coding asked for, whatever the
+            # request accepts (as some servers do).
+            enc = params.get("enc", ["gzip"])[0]
+            out = {k: rec[k] for k in ("method", "path", "query", "host", "headers")}
+            data = compress(json.dumps(out).encode() + b"\n", enc)
+            enc = "deflate" if enc == "deflate-raw" else enc
+            if "cut" in params:
+                data = data[:len(data) // 2]
+            if "chunked" in params:
+                self.send_response(200)
+                self.send_header("Content-Encoding", enc)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i in range(0, len(data), 7):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data[i:i + 7]), data[i:i + 7]))
+                self.wfile.write(b"0\r\n\r\n")
+                return
+            return self._send(200, data, [("Content-Encoding", enc)])
+        if path.endswith("/chunkext"):
+            # Chunk extensions and a trailer, which a proxy must not pass on.
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"5;evil=1\r\nhello\r\n6 ; x=\"y\"\r\n world\r\n"
+                             b"0\r\nX-Smuggled: 1\r\n\r\n")
+            return
         if path.startswith("/redirect"):
             to = rec["query_params"].get("to", ["/"])[0]
             return self._send(302, b"redirecting\n", [("Location", to)])
@@ -271,6 +313,33 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._send(status, out, headers)
 
     # --- WebSocket --------------------------------------------------------
+    def _websocket_key(self, params):
+        """Sends the request's x-api-key back inside frames: a text message
+        cut in three fragments through the key, a ping around one, and a
+        close frame's reason; agrees to any extension when told to."""
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1(key.encode() + WS_GUID).digest()).decode()
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        if "deflate" in params:
+            self.send_header("Sec-WebSocket-Extensions", "permessage-deflate")
+        self.end_headers()
+        api = self.headers.get("x-api-key", "").encode()
+        msg = b"key=" + api + b";"
+        a, b = 6, 6 + len(api) // 2
+        self.wfile.write(ws_frame(1, msg[:a], mask=False, fin=False))
+        self.wfile.write(ws_frame(9, b"p:" + api, mask=False))
+        self.wfile.write(ws_frame(0, msg[a:b], mask=False, fin=False))
+        self.wfile.flush()
+        time.sleep(0.05)
+        self.wfile.write(ws_frame(0, msg[b:], mask=False))
+        self.wfile.write(ws_frame(8, b"\x03\xe8bye " + api, mask=False))
+        self.wfile.flush()
+        read_ws_frame(self.rfile)
+        self.close_connection = True
+
     def _websocket(self):
         key = self.headers.get("Sec-WebSocket-Key", "")
         accept = base64.b64encode(hashlib.sha1(key.encode() + WS_GUID).digest()).decode()
@@ -328,9 +397,29 @@ def blob(n):
     return bytes(out[:n])
 
 
-def ws_frame(opcode, payload, mask=True):
-    """One final WebSocket frame (clients mask, servers do not)."""
-    b = bytearray([0x80 | opcode])
+def compress(data, enc):
+    """data in the HTTP content coding enc (or junk for an unknown one)."""
+    import gzip
+    import zlib
+    if enc in ("gzip", "x-gzip"):
+        return gzip.compress(data)
+    if enc == "deflate":
+        return zlib.compress(data)
+    if enc == "deflate-raw":
+        c = zlib.compressobj(wbits=-15)
+        return c.compress(data) + c.flush()
+    if enc == "br":
+        import brotli
+        return brotli.compress(data)
+    if enc == "zstd":
+        import zstandard
+        return zstandard.ZstdCompressor().compress(data)
+    return b"\x1f\x9d" + data  # "compress" and the like: not decodable here
+
+
+def ws_frame(opcode, payload, mask=True, fin=True):
+    """One WebSocket frame (clients mask, servers do not)."""
+    b = bytearray([(0x80 if fin else 0) | opcode])
     n = len(payload)
     m = 0x80 if mask else 0
     if n < 126:

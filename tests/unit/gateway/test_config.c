@@ -730,6 +730,86 @@ static void test_host_pattern(void **state)
 	assert_false(gw_host_pattern_matches("1", true, "[::1]"));
 }
 
+/* ---- the forms in which the gateway writes a secret are redacted too ---- */
+
+struct out {
+	char buf[4096];
+	size_t len;
+};
+
+static int collect(const char *p, size_t n, void *ud)
+{
+	struct out *o = ud;
+	assert_true(o->len + n < sizeof(o->buf));
+	memcpy(o->buf + o->len, p, n);
+	o->len += n;
+	o->buf[o->len] = '\0';
+	return 0;
+}
+
+/* Redacts text fed in two pieces cut at every offset; returns the result. */
+static void redact_every_split(struct gw_vault *v, const char *text, struct out *first)
+{
+	size_t len = strlen(text);
+	for (size_t cut = 0; cut <= len; cut++) {
+		struct out o = { .len = 0 };
+		struct gw_redactor *r = NULL;
+		assert_int_equal(gw_redactor_new(v, &r), 0);
+		assert_int_equal(gw_redact(r, text, cut, collect, &o), 0);
+		assert_int_equal(gw_redact(r, text + cut, len - cut, collect, &o), 0);
+		assert_int_equal(gw_redact_finish(r, collect, &o), 0);
+		gw_redactor_free(r);
+		if (cut == 0)
+			*first = o;
+		else
+			assert_string_equal(o.buf, first->buf);
+	}
+}
+
+static void test_secret_forms_redacted(void **state)
+{
+	/* A secret with characters that percent-encoding changes. */
+	const char *vtext = "secrets:\n"
+			    "  gh: ghp_REAL+/=&0123456789\n"
+			    "  q: key with spaces+&/\n";
+	const char *policy = "rules: []\n"
+			     "credentials:\n"
+			     "  - secret: gh\n"
+			     "    host: github.com\n"
+			     "    basic: x-access-token\n"
+			     "  - secret: q\n"
+			     "    host: api.example.com\n"
+			     "    query: key\n";
+	struct gw_options o = { .mode = GW_MODE_RESTRICTED };
+	o.policy_file = write_file("p.yaml", 0600, policy);
+	o.vault_file = write_file("v.yaml", 0600, vtext);
+	struct gw_config *cfg = build_ok(&o);
+	struct gw_vault *v = NULL;
+	struct al_error err = { 0 };
+	assert_int_equal(gw_vault_load(o.vault_file, &v, &err), 0);
+	assert_int_equal(gw_config_add_secret_forms(cfg, v, &err), 0);
+	/* Adding them twice changes nothing. */
+	assert_int_equal(gw_config_add_secret_forms(cfg, v, &err), 0);
+
+	/* base64("x-access-token:ghp_REAL+/=&0123456789"), as an echo of the
+	 * Authorization field would carry it. */
+	const char *b64 = "eC1hY2Nlc3MtdG9rZW46Z2hwX1JFQUwrLz0mMDEyMzQ1Njc4OQ==";
+	char text[1024];
+	snprintf(text, sizeof(text), "{\"authorization\":\"Basic %s\",\"args\":{\"key\":"
+		 "\"key%%20with%%20spaces%%2B%%26%%2F\",\"k2\":\"key%%20with%%20spaces%%2b%%26%%2f\"},"
+		 "\"raw\":\"key with spaces+&/\"}", b64);
+	struct out res;
+	redact_every_split(v, text, &res);
+	assert_null(strstr(res.buf, b64));
+	assert_null(strstr(res.buf, "with"));
+	assert_null(strstr(res.buf, "ghp_"));
+	assert_string_equal(res.buf, "{\"authorization\":\"Basic [redacted]\",\"args\":"
+				     "{\"key\":\"[redacted]\",\"k2\":\"[redacted]\"},"
+				     "\"raw\":\"[redacted]\"}");
+	gw_vault_free(v);
+	gw_config_free(cfg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -744,6 +824,7 @@ int main(void)
 		cmocka_unit_test(test_parse_hostport),
 		cmocka_unit_test(test_parse_sockaddr),
 		cmocka_unit_test(test_host_pattern),
+		cmocka_unit_test(test_secret_forms_redacted),
 	};
 	return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
 }

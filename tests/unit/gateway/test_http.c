@@ -13,7 +13,7 @@
 #include "gateway/http.h"
 
 /* Parses s (len bytes) from an exact-size copy, so a sanitized build sees
- * any read past the end. On failure *ret must be untouched. */
+ * any read past the end. When more bytes are needed *ret must be untouched. */
 static int parse_len(const char *s, size_t len, struct gw_http_request *ret, const char **base)
 {
 	static struct gw_http_request sentinel;
@@ -24,8 +24,21 @@ static int parse_len(const char *s, size_t len, struct gw_http_request *ret, con
 	memset(&sentinel, 0xa5, sizeof(sentinel));
 	memcpy(ret, &sentinel, sizeof(*ret));
 	int r = gw_http_parse_request(exact, len, ret);
-	if (r != 1) {
+	if (r == 0) {
 		assert_memory_equal(ret, &sentinel, sizeof(*ret));
+		return r;
+	}
+	if (r < 0) {
+		/* What was parsed before the refusal: views into the buffer
+		 * or empty, nothing else. */
+		const struct sv spans[] = { ret->method, ret->target, ret->authority, ret->path,
+					    ret->host };
+		for (size_t i = 0; i < sizeof(spans) / sizeof(spans[0]); i++)
+			if (spans[i].len)
+				assert_true(spans[i].p >= exact &&
+					    spans[i].p + spans[i].len <= exact + len);
+		assert_true(ret->n_fields <= GW_HTTP_MAX_FIELDS);
+		memcpy(ret, &sentinel, sizeof(*ret));
 		return r;
 	}
 	/* Rebase the spans onto s, which outlives exact. */
@@ -149,8 +162,8 @@ static void test_get(void **state)
 	ok("GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n", &req);
 	span_is(req.host, "[::1]:80");
 	ok("OPTIONS /x HTTP/1.1\r\nHost: a\r\n\r\n", &req);
-	ok("M-S.E!#$%&'*+^_`|~ / HTTP/1.1\r\nHost: a\r\n\r\n", &req);
-	span_is(req.method, "M-S.E!#$%&'*+^_`|~");
+	ok("PROPFIND /dav/ HTTP/1.1\r\nHost: a\r\n\r\n", &req);
+	span_is(req.method, "PROPFIND");
 	/* Everything VCHAR in a value. */
 	ok("GET / HTTP/1.1\r\nHost: a\r\nX: !\"#$%&'()*+,-./09:;<=>?@AZ[\\]^_`az{|}~\r\n\r\n",
 	   &req);
@@ -224,16 +237,78 @@ static void test_connect(void **state)
 		"CONNECT a:443:443 HTTP/1.1\r\nHost: a:443:443\r\n\r\n",
 		/* Host must name the same place. */
 		"CONNECT a.com:443 HTTP/1.1\r\nHost: b.com:443\r\n\r\n",
-		"CONNECT a.com:443 HTTP/1.1\r\nHost: a.com\r\n\r\n",
+		"CONNECT a.com:8443 HTTP/1.1\r\nHost: a.com\r\n\r\n",
+		"CONNECT a.com:443 HTTP/1.1\r\nHost: b.com\r\n\r\n",
+		"CONNECT a.com:443 HTTP/1.1\r\nHost: a.co\r\n\r\n",
+		"CONNECT a.com:443 HTTP/1.1\r\nHost: a.com:80\r\n\r\n",
+		"CONNECT [::1]:8443 HTTP/1.1\r\nHost: [::1]\r\n\r\n",
 		"CONNECT a.com:443 HTTP/1.1\r\n\r\n",
+		/* Only CONNECT may leave the default port out of Host. */
+		"GET http://a.com:80/ HTTP/1.1\r\nHost: a.com\r\n\r\n",
 		/* No body on CONNECT. */
 		"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\nContent-Length: 0\r\n\r\n",
 		"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\nTransfer-Encoding: chunked\r\n\r\n",
-		/* Methods are case-sensitive: this is not CONNECT. */
-		"connect a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(refused); i++)
 		bad(refused[i], -400);
+
+	/* Node's proxy agent (undici): Host without the target's default
+	 * port (RFC 9110 7.2). */
+	ok("CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com\r\n"
+	   "Connection: keep-alive\r\n\r\n", &req);
+	span_is(req.authority, "api.example.com:443");
+	span_is(req.host, "api.example.com");
+	ok("CONNECT a.com:80 HTTP/1.1\r\nHost: A.com\r\n\r\n", &req);
+	ok("CONNECT [2001:db8::1]:443 HTTP/1.1\r\nHost: [2001:db8::1]\r\n\r\n", &req);
+}
+
+/* Methods are case-sensitive tokens; one the gateway does not know could
+ * frame a response differently from the upstream ("head" is HEAD to some
+ * servers: no body), so it is refused, and so is TRACE (an echo). */
+static void test_methods(void **state)
+{
+	static const char *const known[] = { "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH",
+					      "OPTIONS", "PROPFIND", "PROPPATCH", "MKCOL", "COPY",
+					      "MOVE", "LOCK", "UNLOCK", "REPORT", "MKCALENDAR",
+					      "SEARCH" };
+	char head[128];
+	struct gw_http_request req;
+	for (size_t i = 0; i < ARRAY_SIZE(known); i++) {
+		snprintf(head, sizeof(head), "%s /x HTTP/1.1\r\nHost: a\r\n\r\n", known[i]);
+		ok(head, &req);
+		span_is(req.method, known[i]);
+	}
+	static const char *const unknown[] = {
+		"head", "Head", "get", "post", "connect", "TRACE", "trace", "M-S.E!#$%&'*+^_`|~",
+		"HEADX", "GETS", "PRI", "BREW",
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(unknown); i++) {
+		snprintf(head, sizeof(head), "%s /x HTTP/1.1\r\nHost: a\r\n\r\n", unknown[i]);
+		bad(head, -501);
+		/* What was parsed still names the method, for the audit line. */
+		struct gw_http_request partial;
+		assert_int_equal(gw_http_parse_request(head, strlen(head), &partial), -501);
+		span_is(partial.method, unknown[i]);
+	}
+	bad("connect a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n", -501);
+}
+
+/* A refused head still tells what it was: method, target and Host when
+ * they came before the refusal. */
+static void test_refusal_keeps_what_was_parsed(void **state)
+{
+	const char *h = "GET /secret/path?q=1 HTTP/1.1\r\nHost: evil.example\r\n"
+			"Content-Length: 1\r\nContent-Length: 1\r\n\r\n";
+	struct gw_http_request req;
+	assert_int_equal(gw_http_parse_request(h, strlen(h), &req), -400);
+	span_is(req.method, "GET");
+	span_is(req.target, "/secret/path?q=1");
+	span_is(req.path, "/secret/path?q=1");
+	span_is(req.host, "evil.example");
+	const char *c = "CONNECT a.com:443 HTTP/1.1\r\nHost: b.com\r\n\r\n";
+	assert_int_equal(gw_http_parse_request(c, strlen(c), &req), -400);
+	span_is(req.method, "CONNECT");
+	span_is(req.authority, "a.com:443");
 }
 
 static void test_absolute(void **state)
@@ -1389,6 +1464,8 @@ int main(void)
 		cmocka_unit_test(test_post_length),
 		cmocka_unit_test(test_post_chunked),
 		cmocka_unit_test(test_connect),
+		cmocka_unit_test(test_methods),
+		cmocka_unit_test(test_refusal_keeps_what_was_parsed),
 		cmocka_unit_test(test_absolute),
 		cmocka_unit_test(test_connection),
 		cmocka_unit_test(test_refusals),

@@ -1,0 +1,343 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Credentials that come back in another form, real clients' framing, and
+the framing the gateway writes itself.
+
+Each test performs the attack against the gateway in front of a real
+sandbox (the fixtures of test_gateway.py) and checks that nothing leaked:
+GW.sh asserts that no secret (raw, base64, the Basic pair, percent-encoded)
+reaches the sandbox's output or airlock's stderr, and GW.audit the same of
+the audit log.
+"""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import put
+from test_gateway import (GRANT, OWNER, REPO, SECRET_API, SECRET_GH, SECRET_ODD, gw, gwfiles,  # noqa: F401
+                          header, rid, seen, ups)
+
+
+# ---------------------------------------------------------------------------
+# Forms of a secret the gateway writes itself.
+
+def test_basic_pair_and_percent_encoded_echoes_are_redacted(gw, ups):
+    """An allowed upstream that echoes the request: the GitHub token went
+    out as base64("x-access-token:TOKEN") in Basic, a query credential
+    percent-encoded; both come back in that form and are redacted."""
+    r1, r2 = rid(), rid()
+    p = gw.sh(f'curl -sS "https://github.com/{OWNER}/{REPO}.git/info/refs?service=git-upload-pack'
+              f'&echo=1&rid={r1}"; echo; '
+              f'curl -sS "https://gen.example.test/odd/echo?rid={r2}"')
+    out = p.stdout.decode()
+    (rec,) = seen(ups, r1)
+    assert header(rec, "authorization")[0].startswith("Basic "), rec["headers"]
+    echo = json.loads(out.splitlines()[0])
+    assert dict(echo["headers"])["authorization"] == "Basic [redacted]", echo
+    (rec,) = seen(ups, r2)
+    assert rec["query_params"]["key"] == [SECRET_ODD]
+    echo = json.loads(out.splitlines()[-1])
+    assert echo["query"].endswith("&key=[redacted]"), echo
+
+
+# ---------------------------------------------------------------------------
+# Compressed responses to credentialed requests.
+
+@pytest.mark.parametrize("enc", ["gzip", "deflate", "deflate-raw", "br", "zstd"])
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_compressed_echo_is_decoded_and_redacted(gw, ups, enc, framing):
+    """The gateway asks for an identity body; an upstream that compresses
+    anyway gets its body decoded, redacted and passed on decoded (no
+    Content-Encoding), never passed on unread."""
+    r = rid()
+    extra = "&chunked=1" if framing == "chunked" else ""
+    p = gw.sh(f'curl -sS -D /tmp/h -H "x-api-key: $EXAMPLE_API_KEY" -H "Accept-Encoding: {enc}" '
+              f'"https://api.example.test/v1/enc?enc={enc}{extra}&rid={r}"; echo; '
+              f'echo HEADERS; cat /tmp/h')
+    out = p.stdout.decode()
+    body, _, head = out.partition("HEADERS")
+    echo = json.loads(body.strip())
+    assert dict(echo["headers"])["x-api-key"] == "[redacted]", echo
+    assert "content-encoding" not in head.lower(), head
+    (rec,) = seen(ups, r)
+    assert header(rec, "x-api-key") == [SECRET_API]
+    assert header(rec, "accept-encoding") == ["identity"], rec["headers"]
+
+
+def test_compressed_without_credential_passes_as_is(gw, ups):
+    r = rid()
+    p = gw.sh(f'curl -sS -D - -o /tmp/b "https://other.example.test/x/enc?enc=gzip&rid={r}"; '
+              f'gzip -dc < /tmp/b', "--allow", "other.example.test")
+    out = p.stdout.decode()
+    assert "content-encoding: gzip" in out.lower(), out
+    assert '"path": "/x/enc"' in out, out
+
+
+def test_undecodable_or_cut_encodings_never_pass(gw, ups):
+    """A coding the gateway cannot decode is refused with 502; a compressed
+    body cut short is cut off for the client too (no complete-looking
+    response), and neither carries the key."""
+    r1, r2, r3 = rid(), rid(), rid()
+    p = gw.sh(f'curl -sS -o /dev/null -w "%{{http_code}}\\n" -H "x-api-key: $EXAMPLE_API_KEY" '
+              f'"https://api.example.test/v1/enc?enc=compress&rid={r1}"; '
+              f'curl -sS -H "x-api-key: $EXAMPLE_API_KEY" '
+              f'"https://api.example.test/v1/enc?enc=gzip&cut=1&chunked=1&rid={r2}"; rc=$?; echo; '
+              f'echo "rc=$rc"; curl -sS -H "x-api-key: $EXAMPLE_API_KEY" '
+              f'"https://api.example.test/v1/enc?enc=br&cut=1&rid={r3}"; rc=$?; echo; echo "rc=$rc"')
+    lines = p.stdout.decode().splitlines()
+    assert lines[0] == "502", lines
+    rcs = [l for l in lines if l.startswith("rc=")]
+    assert len(rcs) == 2 and "rc=0" not in rcs, lines
+    audit = [l for l in gw.audit() if l["path"] == "/v1/enc"]
+    assert any(l["status"] == 502 and "cannot decode" in l["reason"] for l in audit), audit
+    assert sum("cut short" in l["reason"] for l in audit) == 2, audit
+
+
+# ---------------------------------------------------------------------------
+# WebSocket frames after a credentialed upgrade.
+
+WS_KEY_CLIENT = r"""
+import base64, os, socket, ssl, sys
+sys.path.insert(0, "/workspace")
+from wsframe import ws_frame, read_ws_frame
+rid, ext = sys.argv[1], sys.argv[2]
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+buf = b""
+while b"\r\n\r\n" not in buf:
+    buf += s.recv(1)
+s = ssl.create_default_context().wrap_socket(s, server_hostname="api.example.test")
+key = base64.b64encode(os.urandom(16)).decode()
+q = "&deflate=1" if ext == "agree" else ""
+s.sendall((f"GET /v1/ws-key?rid={rid}{q} HTTP/1.1\r\nHost: api.example.test\r\n"
+           f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+           f"Sec-WebSocket-Version: 13\r\n"
+           f"Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+           f"x-api-key: {os.environ['EXAMPLE_API_KEY']}\r\n\r\n").encode())
+f = s.makefile("rb")
+print("STATUS", f.readline().decode().strip())
+while True:
+    l = f.readline()
+    if l in (b"\r\n", b""):
+        break
+    print("HEADER", l.decode().strip())
+msg = b""
+while True:
+    fr = read_ws_frame(f)
+    if fr is None:
+        break
+    op, payload = fr
+    print("FRAME", op, payload)
+    if op == 8:
+        s.sendall(ws_frame(8, b"\x03\xe8"))
+        break
+"""
+
+
+def test_websocket_frames_are_redacted(gw, ups):
+    """Codex talks to its model over a WebSocket with the key on the
+    upgrade: an upstream that echoes the key inside frames (split across
+    fragments, in a ping, in the close reason) must not carry it in; no
+    permessage-deflate is offered upstream, and a server that agrees to
+    one anyway is refused."""
+    src = (pathlib.Path(__file__).parent / "upstream.py").read_text()
+    put(gw.ws, "wsframe.py", src)
+    c = gw.script("wskey.py", WS_KEY_CLIENT)
+    r1, r2 = rid(), rid()
+    p = gw.sh(f"python3 {c} {r1} none; python3 {c} {r2} agree")
+    out = p.stdout.decode()
+    first, _, second = out.partition("STATUS HTTP/1.1 502")
+    assert "STATUS HTTP/1.1 101" in first, out
+    assert "HEADER Sec-WebSocket-Extensions" not in first, out
+    frames = [l for l in first.splitlines() if l.startswith("FRAME")]
+    text = b"".join(eval(l.split(" ", 2)[2]) for l in frames if l.split()[1] in ("1", "0"))
+    assert text == b"key=[redacted];", frames
+    assert any(l.startswith("FRAME 9 b'p:[redacted]'") for l in frames), frames
+    assert any(l.startswith("FRAME 8 b'\\x03\\xe8bye [redacted]'") for l in frames), frames
+    assert _ == "STATUS HTTP/1.1 502", out
+    for r in (r1, r2):
+        (rec,) = seen(ups, r)
+        assert header(rec, "x-api-key") == [SECRET_API]
+        assert header(rec, "sec-websocket-extensions") == [], rec["headers"]
+
+
+# ---------------------------------------------------------------------------
+# Node's proxy agent (undici), as Gemini CLI, pi and most Node tools use it.
+
+UNDICI = "6.21.3"
+
+
+@pytest.fixture(scope="session")
+def undici(tmp_path_factory):
+    """undici from the npm registry, installed once per host and kept."""
+    cache = pathlib.Path("/var/cache/airlock-tests/undici-" + UNDICI)
+    mod = cache / "node_modules" / "undici"
+    if not (mod / "package.json").exists():
+        if not shutil.which("npm"):
+            pytest.skip("npm is not installed: undici's ProxyAgent cannot be tested here")
+        tmp = cache.with_name(cache.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(tmp),
+                            f"undici@{UNDICI}"], capture_output=True, timeout=300)
+        if p.returncode != 0:
+            pytest.skip("the npm registry is not reachable from this host, so undici's "
+                        f"ProxyAgent could not be installed: {p.stderr.decode()[-300:]}")
+        shutil.rmtree(cache, ignore_errors=True)
+        tmp.rename(cache)
+    return mod
+
+
+UNDICI_CLIENT = r"""
+const { ProxyAgent, fetch } = require("/workspace/undici");
+const agent = new ProxyAgent(process.env.HTTPS_PROXY);
+(async () => {
+  for (const url of process.argv.slice(2)) {
+    try {
+      const r = await fetch(url, { dispatcher: agent,
+                                   headers: { "x-api-key": process.env.EXAMPLE_API_KEY } });
+      console.log("STATUS", r.status, await r.text());
+    } catch (e) {
+      console.log("ERROR", String(e), String(e.cause));
+    }
+  }
+})();
+"""
+
+
+def test_undici_proxy_agent(gw, ups, undici):
+    """undici's ProxyAgent sends "CONNECT h:443" with "Host: h": accepted,
+    and every request inside the tunnel decided as usual."""
+    shutil.copytree(undici, gw.ws / "undici", symlinks=True)
+    subprocess.run(["chown", "-R", "1000:1000", str(gw.ws / "undici")], check=True)
+    c = gw.script("proxyagent.js", UNDICI_CLIENT)
+    r1, r2 = rid(), rid()
+    p = gw.sh(f"node {c} https://api.example.test/v1/echo?rid={r1} "
+              f"https://other.example.test/v1/echo?rid={r2}", timeout=120)
+    out = p.stdout.decode()
+    assert "STATUS 200" in out, (out, p.stderr.decode()[-2000:])
+    (rec,) = seen(ups, r1)
+    assert header(rec, "x-api-key") == [SECRET_API]
+    assert seen(ups, r2) == []
+    assert "ERROR" in out.splitlines()[-1] or "STATUS 403" in out, out
+
+
+CONNECT_NO_PORT = r"""
+import socket, ssl, sys
+def head(s):
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        c = s.recv(1)
+        if not c:
+            break
+        buf += c
+    return buf.split(b"\r\n", 1)[0].decode()
+for target, host in (("api.example.test:443", "api.example.test"),
+                     ("api.example.test:443", "other.example.test"),
+                     ("api.example.test:443", "api.example.test:8443")):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    print(target, host, head(s))
+"""
+
+
+def test_connect_host_without_default_port(gw, ups):
+    c = gw.script("cnp.py", CONNECT_NO_PORT)
+    out = gw.sh(f"python3 {c}").stdout.decode().splitlines()
+    assert out[0] == "api.example.test:443 api.example.test HTTP/1.1 200 Connection established", out
+    assert out[1].endswith("400 Bad Request"), out
+    assert out[2].endswith("400 Bad Request"), out
+
+
+# ---------------------------------------------------------------------------
+# Framing written by the gateway, methods, retries, refused heads.
+
+RAW_TLS = r"""
+import socket, ssl, sys, json
+def tunnel():
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += s.recv(1)
+    return ssl.create_default_context().wrap_socket(s, server_hostname="api.example.test")
+out = {}
+for name, data in json.loads(open(sys.argv[1]).read()):
+    s = tunnel()
+    s.sendall(data.encode("latin-1"))
+    buf = b""
+    try:
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break
+            buf += c
+    except Exception:
+        pass
+    out[name] = buf.decode("latin-1")
+print(json.dumps(out))
+"""
+
+
+def test_request_chunks_reencoded_methods_and_refused_heads(gw, ups):
+    """Chunk sizes, extensions and trailers are written by the gateway, not
+    copied; methods are case-sensitive ("head" is refused, not framed as a
+    method with a body); a refused head's audit line names what it was."""
+    r1, r2, r3, r4 = rid(), rid(), rid(), rid()
+    cases = [
+        ("chunked", f"POST /v1/echo?rid={r1} HTTP/1.1\r\nHost: api.example.test\r\n"
+                    "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                    "5;ext=a\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: evil\r\n\r\n"),
+        ("lower-head", f"head /v1/echo?rid={r2} HTTP/1.1\r\nHost: api.example.test\r\n\r\n"),
+        ("trace", f"TRACE /v1/echo?rid={r3} HTTP/1.1\r\nHost: api.example.test\r\n\r\n"),
+        ("two-cl", f"POST /v1/secret/path?rid={r4} HTTP/1.1\r\nHost: api.example.test\r\n"
+                   "Content-Length: 1\r\nContent-Length: 1\r\n\r\nx"),
+    ]
+    put(gw.ws, "cases.json", json.dumps(cases))
+    c = gw.script("rawtls.py", RAW_TLS)
+    res = json.loads(gw.sh(f"python3 {c} /workspace/cases.json").stdout.decode().splitlines()[-1])
+    assert res["chunked"].startswith("HTTP/1.1 200"), res
+    (rec,) = seen(ups, r1)
+    assert rec["body"] == "hello world"
+    assert rec["raw_chunked"] == ["5\r\n", "6\r\n", "0\r\n", "\r\n"], rec["raw_chunked"]
+    assert res["lower-head"].startswith("HTTP/1.1 501"), res
+    assert res["trace"].startswith("HTTP/1.1 501"), res
+    assert res["two-cl"].startswith("HTTP/1.1 400"), res
+    assert seen(ups, r2) == [] and seen(ups, r3) == [] and seen(ups, r4) == []
+    audit = gw.audit()
+    lower = [l for l in audit if l["method"] == "head"]
+    assert len(lower) == 1 and lower[0]["status"] == 501, audit
+    assert lower[0]["host"] == "api.example.test" and lower[0]["path"] == "/v1/echo", lower
+    two = [l for l in audit if l["status"] == 400]
+    assert two and two[0]["method"] == "POST" and two[0]["path"] == "/v1/secret/path", two
+    assert two[0]["host"] == "api.example.test", two
+
+
+def test_response_chunks_reencoded(gw, ups):
+    """A chunked response reaches the client framed by the gateway:
+    no extension, no trailer."""
+    r = rid()
+    out = gw.sh(f'curl -sS --raw "https://other.example.test/x/chunkext?rid={r}"',
+                "--allow", "other.example.test").stdout.decode("latin-1")
+    assert out == "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", repr(out)
+
+
+def test_only_idempotent_requests_are_resent(gw, ups):
+    """A kept-alive upstream connection the server drops when the next
+    request arrives: a GET goes again on a fresh connection (and succeeds),
+    a POST does not (the server may have acted on it): 502."""
+    g1, g2, p1, p2 = rid(), rid(), rid(), rid()
+    out = gw.sh(
+        f'curl -sS -w "%{{http_code}}\\n" -o /dev/null '
+        f'"https://api.example.test/v1/stale?rid={g1}" '
+        f'-o /dev/null "https://api.example.test/v1/stale?rid={g2}"; '
+        f'curl -sS -o /dev/null -w "%{{http_code}}\\n" '
+        f'"https://api.example.test/v1/stale?rid={p1}" '
+        f'--next -sS -o /dev/null -w "%{{http_code}}\\n" '
+        f'-X POST -d "" "https://api.example.test/v1/stale?rid={p2}"').stdout.decode().split()
+    assert out == ["200", "200", "200", "502"], (out, [len(seen(ups, x)) for x in (g1, g2, p1, p2)])
+    assert len(seen(ups, g2)) == 2  # dropped once, then answered
+    assert len(seen(ups, p2)) == 1  # never sent twice
