@@ -51,8 +51,10 @@ int cli_gw_option(struct cli_gw_opts *g, int opt, char *arg)
 	case OPT_GW_ALLOW:
 		return list_add(g->allow, &g->n_allow, "--allow", arg);
 	case OPT_GW_GRANT:
-		if (strncmp(arg, "github:", 7) != 0 || !arg[7])
-			return cli_fail("--grant wants github:OWNER/REPO, not '%s'", arg);
+		if (!(strncmp(arg, "github:", 7) == 0 && arg[7]) &&
+		    !(strncmp(arg, "github-admin:", 13) == 0 && arg[13]))
+			return cli_fail("--grant wants github:OWNER/REPO (or github-admin:OWNER/REPO), "
+					"not '%s'", arg);
 		return list_add(g->grants, &g->n_grants, "--grant", arg);
 	case OPT_GW_UPSTREAM:
 		if (!strchr(arg, '='))

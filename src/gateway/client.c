@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 
 #include <event2/bufferevent_ssl.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include "gateway/ca.h"
@@ -95,6 +96,13 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 	c->req_left = req->content_length;
 	c->upgrade = req->upgrade;
 	c->http10 = req->http10;
+
+	/* No egress goes unaudited: past the log's limit nothing goes out. */
+	if (c->s->audit.capped) {
+		evbuffer_drain(in, req->head_len);
+		gw_respond_error(c, 503, "the sandbox's audit log is full (limits: audit_max)", false);
+		return;
+	}
 
 	if (req->form == GW_FORM_AUTHORITY) {
 		/* CONNECT: only on the proxy, never inside a tunnel. */
@@ -433,17 +441,67 @@ void gw_client_write_cb(struct bufferevent *bev, void *ud)
 	}
 }
 
+/*
+ * A client's TLS handshake that did not complete: refused by the gateway
+ * (transparent 443 with a name no rule allows), or abandoned by the client
+ * (it does not trust the sandbox's CA, or pins certificates). Audited, so
+ * an operator sees what the sandbox tried to reach.
+ */
+static void audit_tls_failure(struct conn *c, struct bufferevent *bev)
+{
+	const char *decision = "error", *why;
+	unsigned long e = bufferevent_get_openssl_error(bev);
+	int reason = e ? ERR_GET_REASON(e) : 0;
+	if (c->tls_refusal) {
+		decision = "deny";
+		why = c->tls_refusal;
+	} else if (reason == SSL_R_TLSV1_ALERT_UNKNOWN_CA ||
+		   reason == SSL_R_SSLV3_ALERT_BAD_CERTIFICATE ||
+		   reason == SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN ||
+		   reason == SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE) {
+		why = "the client refused the sandbox's certificate: it does not trust the "
+		      "sandbox's CA, or pins certificates";
+	} else if (e) {
+		why = "the TLS handshake with the client failed";
+	} else {
+		why = "the client closed the connection during the TLS handshake (it may not "
+		      "trust the sandbox's CA, or pins certificates)";
+	}
+	while (bufferevent_get_openssl_error(bev))
+		;
+	ERR_clear_error();
+	const char *host = c->tunnel_host[0] ? c->tunnel_host : c->sni[0] ? c->sni : c->host;
+	struct gw_audit_rec r = { .kind = "tls", .decision = decision, .host = host,
+				  .port = c->tunnel_port ? c->tunnel_port : 443, .reason = why,
+				  .generation = c->e->policy ? c->e->policy->generation : 0 };
+	gw_audit_write(c->s, &r);
+	c->audited = true;
+}
+
 void gw_client_event_cb(struct bufferevent *bev, short what, void *ud)
 {
 	struct conn *c = ud;
-	if (what & BEV_EVENT_CONNECTED)
+	if (what & BEV_EVENT_CONNECTED) {
+		c->tls_up = true;
 		return;
+	}
+	if (c->ctls && !c->tls_up)
+		audit_tls_failure(c, bev);
 	/* EOF, error or timeout: the client is gone or stuck. */
 	if (!c->audited && c->method[0] && (c->phase == P_FORWARD || c->phase == P_RESOLVE)) {
 		snprintf(c->reason, sizeof(c->reason), "client went away");
 		gw_audit(c, "allow");
 	}
 	gw_conn_free(c);
+}
+
+/* Refuses a transparent handshake, saying why in the audit line. */
+static int refuse_tls(struct conn *c, const char *name, const char *why)
+{
+	c->tls_refusal = why;
+	if (name && !c->host[0])
+		snprintf(c->host, sizeof(c->host), "%.*s", GW_HOST_MAX, name);
+	return 0;
 }
 
 int gw_cert_cb(SSL *ssl, void *arg)
@@ -456,7 +514,7 @@ int gw_cert_cb(SSL *ssl, void *arg)
 	char norm[GW_HOST_MAX + 3] = "";
 	bool ip = false;
 	if (name && gw_host_normalize(name, strlen(name), norm, sizeof(norm), &ip) < 0)
-		return 0;
+		return refuse_tls(c, NULL, "the TLS server name is not a host name");
 	if (c->kind != CK_HTTPS) {
 		/* CONNECT: the leaf is the CONNECT host's; a differing name is
 		 * answered with 421 per request. */
@@ -465,12 +523,13 @@ int gw_cert_cb(SSL *ssl, void *arg)
 	}
 	/* Transparent 443: the name is all we have. */
 	if (!norm[0] || ip)
-		return 0;
+		return refuse_tls(c, norm, "no TLS server name (SNI), or an address: the gateway "
+				  "needs the host's name");
 	/* Step 1: the tunnel, named by the handshake alone. */
 	struct gw_verdict v;
 	gw_decide_tunnel(e->cfg, e->policy, norm, 443, &v);
 	if (!v.allow)
-		return 0;
+		return refuse_tls(c, norm, v.reason);
 	const struct gw_leaf *leaf;
 	struct al_error err = { 0 };
 	if (gw_ca_leaf(e->ca, norm, &leaf, &err) < 0)

@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -423,11 +424,14 @@ static int parse_extras(const struct config_doc *doc, struct gw_config *cfg, str
 		rc = config_expect_kind(n, "limits", CONFIG_MAP, err);
 		if (rc < 0)
 			return rc;
-		static const char *const keys[] = { "head_timeout", "idle_timeout", "connect_timeout",
-						    "upstream_timeout", "write_timeout", NULL };
-		rc = config_map_check_keys(n, "limits", keys, err);
+		static const char *const all[] = { "head_timeout", "idle_timeout", "connect_timeout",
+						   "upstream_timeout", "write_timeout", "audit_max",
+						   "connections", "buffers", NULL };
+		rc = config_map_check_keys(n, "limits", all, err);
 		if (rc < 0)
 			return rc;
+		static const char *const keys[] = { "head_timeout", "idle_timeout", "connect_timeout",
+						    "upstream_timeout", "write_timeout", NULL };
 		uint64_t *dst[] = { &cfg->head_ms, &cfg->idle_ms, &cfg->connect_ms, &cfg->upstream_ms,
 				    &cfg->write_ms };
 		for (size_t i = 0; keys[i]; i++) {
@@ -441,6 +445,32 @@ static int parse_extras(const struct config_doc *doc, struct gw_config *cfg, str
 			if (ms < 100 || ms > 24ull * 3600 * 1000)
 				return config_error(v, NULL, err, "expected 100ms to 24h");
 			*dst[i] = ms;
+		}
+		/* Sizes and counts, each with its range. */
+		static const struct {
+			const char *key;
+			bool size;
+			uint64_t min, max;
+		} lim[] = {
+			{ "audit_max", true, 64 * 1024, 1ull << 40 },
+			{ "connections", false, 1, GW_MAX_CONNECTIONS },
+			{ "buffers", true, 1u << 20, 1ull << 32 },
+		};
+		uint64_t *ldst[] = { &cfg->audit_max, &cfg->max_conns, &cfg->buffer_max };
+		for (size_t i = 0; i < ARRAY_SIZE(lim); i++) {
+			const struct config_node *v = config_map_get(n, lim[i].key);
+			if (!v)
+				continue;
+			uint64_t x;
+			rc = lim[i].size ? config_get_size(v, NULL, &x, err)
+					 : config_get_u64(v, NULL, &x, err);
+			if (rc < 0)
+				return rc;
+			if (x < lim[i].min || x > lim[i].max)
+				return config_error(v, NULL, err, "expected %s%" PRIu64 " to %" PRIu64,
+						    lim[i].size ? "a size of " : "", lim[i].min,
+						    lim[i].max);
+			*ldst[i] = x;
 		}
 	}
 	if ((n = config_map_get(root, "allow_cidrs"))) {
@@ -476,6 +506,9 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 	cfg->connect_ms = 10 * 1000;
 	cfg->upstream_ms = 300 * 1000;
 	cfg->write_ms = 60 * 1000;
+	cfg->audit_max = GW_DEFAULT_AUDIT_MAX;
+	cfg->max_conns = GW_DEFAULT_CONNECTIONS;
+	cfg->buffer_max = GW_DEFAULT_BUFFERS;
 	snprintf(cfg->label, sizeof(cfg->label), "%s", o->label ? o->label : "airlock");
 	int rc;
 	if (o->policy_file) {
@@ -510,11 +543,14 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 			return al_error_set(err, -ENOMEM, "out of memory");
 		for (size_t i = 0; i < o->n_grants; i++) {
 			const char *g = o->grants[i];
-			if (strncmp(g, "github:", 7) != 0 ||
-			    gw_github_grant_parse(g + 7, &cfg->grants[i]) < 0)
+			bool admin = strncmp(g, "github-admin:", 13) == 0;
+			const char *name = admin ? g + 13 : strncmp(g, "github:", 7) == 0 ? g + 7 : NULL;
+			if (!name || gw_github_grant_parse(name, &cfg->grants[i]) < 0)
 				return al_error_set(err, -EINVAL,
-						    "--grant %s: expected github:OWNER/REPO",
+						    "--grant %s: expected github:OWNER/REPO or "
+						    "github-admin:OWNER/REPO",
 						    o->grants[i]);
+			cfg->grants[i].admin = admin;
 			cfg->n_grants++;
 		}
 	}

@@ -67,11 +67,22 @@ void gw_decide_request(const struct gw_config *cfg, const struct gw_policy *poli
 	if (cred && cred->github) {
 		if (cfg->n_grants == 0) {
 			cred = NULL; /* no grant, no credential */
-		} else if (!gw_github_allowed(cfg->grants, cfg->n_grants, rq->host, rq->path)) {
-			ret->allow = false;
-			ret->status = 403;
-			ret->reason = "repository not granted to this run";
-			return;
+		} else {
+			const struct gw_github_grant *g =
+				gw_github_grant_for(cfg->grants, cfg->n_grants, rq->host, rq->path);
+			if (!g) {
+				ret->allow = false;
+				ret->status = 403;
+				ret->reason = "repository not granted to this run";
+				return;
+			}
+			if (!g->admin && gw_github_needs_admin(rq->host, rq->method, rq->path)) {
+				ret->allow = false;
+				ret->status = 403;
+				ret->reason = "this GitHub endpoint administers, creates, deletes, publishes "
+					      "or merges: it needs a github-admin:OWNER/REPO grant";
+				return;
+			}
 		}
 	}
 	/* Never in clear text. */

@@ -28,14 +28,21 @@
 
 static bool dns_allow(const char *name, void *ud)
 {
-	const struct gw_engine *e = ud;
-	const struct gw_config *cfg = e->cfg;
+	struct gw_sbx *s = ud;
+	const struct gw_engine *e = s->e;
 	char norm[GW_HOST_MAX + 3];
 	bool ip;
-	if (gw_host_normalize(name, strlen(name), norm, sizeof(norm), &ip) < 0 || ip)
-		return false;
-	struct gw_verdict v;
-	gw_decide_tunnel(cfg, e->policy, norm, 0, &v);
+	struct gw_verdict v = { .allow = false, .reason = "not a host name a rule can name" };
+	if (gw_host_normalize(name, strlen(name), norm, sizeof(norm), &ip) == 0 && !ip)
+		gw_decide_tunnel(e->cfg, e->policy, norm, 0, &v);
+	if (!v.allow) {
+		/* What the sandbox tried to reach, even if it never connects:
+		 * the name as asked (its characters are checked by the stub). */
+		struct gw_audit_rec r = { .kind = "dns", .decision = "deny", .host = name,
+					  .reason = v.reason,
+					  .generation = e->policy ? e->policy->generation : 0 };
+		gw_audit_write(s, &r);
+	}
 	return v.allow;
 }
 
@@ -43,7 +50,7 @@ static void dns_cb_udp(evutil_socket_t fd, short what, void *ud)
 {
 	struct gw_sbx *s = ud;
 	struct gw_dns_config dc = { .ipv4 = { 127, 0, 0, 2 }, .ttl = 60, .allow = dns_allow,
-				    .userdata = s->e };
+				    .userdata = s };
 	for (int i = 0; i < 64; i++) {
 		uint8_t q[1500], a[GW_DNS_MAX_MSG];
 		struct sockaddr_storage from;
@@ -79,8 +86,7 @@ static void sandbox_free(struct gw_sbx *s)
 		close(s->dns_fd);
 	if (s->watch_fd >= 0)
 		close(s->watch_fd);
-	if (s->audit_fd >= 0)
-		close(s->audit_fd);
+	gw_audit_close(s);
 	for (struct gw_sbx **pp = &e->sandboxes; *pp; pp = &(*pp)->next)
 		if (*pp == s) {
 			*pp = s->next;
@@ -119,12 +125,16 @@ int gw_engine_add_sandbox(struct gw_engine *e, const char *id, const struct gw_l
 	}
 	s->e = e;
 	snprintf(s->id, sizeof(s->id), "%s", id);
-	s->audit_fd = audit_fd;
+	s->audit.fd = -1;
+	/* No audit, no egress: a sandbox whose log cannot be kept is not served. */
+	int audit_rc = gw_audit_init(s, audit_fd);
+	if (audit_rc < 0 && audit_fd >= 0)
+		close(audit_fd);
 	s->dns_fd = l->dns;
 	s->watch_fd = watch_pidfd;
 	s->next = e->sandboxes;
 	e->sandboxes = s;
-	int rc = 0;
+	int rc = audit_rc;
 	for (int i = 0; i < 3; i++) {
 		if (fds[i] < 0)
 			continue;

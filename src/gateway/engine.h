@@ -76,10 +76,52 @@ struct gw_engine {
 	struct conn *paused; /* connections waiting for the global budget */
 };
 
+/*
+ * A sandbox's audit log (audit.c): bounded, so nothing a sandbox does
+ * fills the host's disk. Repeated identical denials (same kind, host,
+ * port, method, status, rule and reason; any path) are written once and
+ * then counted: a summary line every AUDIT_WINDOW_S seconds says how many
+ * more there were. At audit_max bytes a marker line is written, nothing
+ * more, and new requests are refused (no egress goes unaudited).
+ */
+#define AUDIT_SLOTS 64
+#define AUDIT_WINDOW_S 10
+#define AUDIT_PATH_MAX 1024
+
+struct gw_audit_slot {
+	uint64_t hash; /* 0: free */
+	char kind[8], decision[8], method[33], rule[GW_RULE_ID_MAX + 1], reason[256];
+	char host[GW_HOST_MAX + 3];
+	uint16_t port;
+	int status;
+	uint64_t count;       /* more of the same since its line */
+	char since[32];       /* when the first of those came */
+};
+
+struct gw_audit {
+	int fd;
+	uint64_t written, max;
+	bool capped;
+	uint64_t dropped;     /* lines not written after the cap */
+	struct gw_audit_slot *slots; /* AUDIT_SLOTS, allocated on the first denial */
+	struct event *flush;  /* the summary timer, armed while counts wait */
+};
+
+/* What an audit line says (audit.c writes it). */
+struct gw_audit_rec {
+	const char *kind;     /* "http", "dns", "tls" */
+	const char *decision; /* "allow", "deny", "error" */
+	const char *method, *host, *path, *rule, *credential, *reason;
+	uint16_t port;
+	int status;
+	uint64_t generation, bytes_up, bytes_down;
+	double duration_ms;
+};
+
 struct gw_sbx {
 	struct gw_engine *e;
 	char id[GW_SANDBOX_ID_MAX + 1];
-	int audit_fd;
+	struct gw_audit audit;
 	struct evconnlistener *listeners[3];
 	int dns_fd, watch_fd;
 	struct event *dns_ev, *watch_ev;
@@ -131,6 +173,8 @@ struct conn {
 	unsigned hold;             /* callers up the stack still use it */
 	bool dead;                 /* freed while held: goes when the last hold does */
 	bool head_started;
+	bool tls_up;                  /* the TLS handshake with the client completed */
+	const char *tls_refusal;      /* why the handshake was refused (static text) */
 
 	/* The request under way. */
 	char method[33];
@@ -200,7 +244,12 @@ void gw_respond_error(struct conn *c, int status, const char *reason, bool keep)
 void gw_reset_request(struct conn *c);
 
 /* audit.c */
+/* The line of c's request (kind http), once per request. */
 void gw_audit(struct conn *c, const char *decision);
+void gw_audit_write(struct gw_sbx *s, const struct gw_audit_rec *r);
+int gw_audit_init(struct gw_sbx *s, int fd);
+/* Writes what is still counted, and closes. */
+void gw_audit_close(struct gw_sbx *s);
 
 /* client.c */
 void gw_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,

@@ -146,23 +146,87 @@ static bool path_is_canonical(const char *path)
 bool gw_github_allowed(const struct gw_github_grant *grants, size_t n_grants, const char *host,
 		       const char *path)
 {
+	return gw_github_grant_for(grants, n_grants, host, path) != NULL;
+}
+
+const struct gw_github_grant *gw_github_grant_for(const struct gw_github_grant *grants,
+						  size_t n_grants, const char *host,
+						  const char *path)
+{
 	struct sv owner, repo;
 	bool found;
 
 	if (!grants || n_grants == 0 || !host || !path)
-		return false;
+		return NULL;
 	if (strcmp(host, "api.github.com") == 0)
 		found = api_repository(sv_from_cstr(path), &owner, &repo);
 	else if (strcmp(host, "github.com") == 0)
 		found = git_repository(sv_from_cstr(path), &owner, &repo);
 	else
-		return false;
+		return NULL;
 	/* The caller promised a canonical path; a raw one would let
 	 * "/repos/o/r/../../x" through, so the promise is checked. */
 	if (!found || owner.len == 0 || repo.len == 0 || !path_is_canonical(path))
-		return false;
+		return NULL;
+	/* An admin grant first: the same repository may be granted both ways. */
+	const struct gw_github_grant *hit = NULL;
 	for (size_t i = 0; i < n_grants; i++)
-		if (grant_matches(&grants[i], owner, repo))
+		if (grant_matches(&grants[i], owner, repo) && (!hit || grants[i].admin))
+			hit = &grants[i];
+	return hit;
+}
+
+static bool seg_in(struct sv seg, const char *const *list)
+{
+	for (size_t i = 0; list[i]; i++)
+		if (sv_equal_cstr(seg, list[i]))
 			return true;
 	return false;
+}
+
+bool gw_github_needs_admin(const char *host, const char *method, const char *path)
+{
+	/* Administration and secrets, for any method. */
+	static const char *const admin_any[] = {
+		"hooks", "keys", "collaborators", "invitations", "teams", "rulesets", "autolinks",
+		"environments", "secret-scanning", "code-scanning", "dependabot", "codespaces",
+		"vulnerability-alerts", "automated-security-fixes",
+		"private-vulnerability-reporting", "interaction-limits", "properties", NULL,
+	};
+	static const char *const actions_admin[] = { "secrets", "variables", "permissions",
+						     "runners", "oidc", "cache", NULL };
+	/* The work a grant is for: writes allowed below these. */
+	static const char *const work_writes[] = {
+		"issues", "pulls", "labels", "milestones", "comments", "git", "contents",
+		"statuses", "check-runs", "check-suites", "commits", NULL,
+	};
+	if (!host || !method || !path || strcmp(host, "api.github.com") != 0)
+		return false;
+	struct sv owner, repo, rest = sv_from_cstr(path);
+	if (!api_repository(rest, &owner, &repo))
+		return false;
+	/* What follows /repos/OWNER/REPO. */
+	rest = sv_skip(rest, strlen("/repos/") + owner.len + 1 + repo.len);
+	bool read = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+	struct sv segs[4] = { 0 };
+	size_t n = 0;
+	while (n < 4 && sv_starts_with(rest, SV_LIT("/"))) {
+		rest = sv_skip(rest, 1);
+		segs[n++] = take_segment(&rest);
+	}
+	if (n == 0)
+		return !read; /* the repository itself: DELETE, PATCH */
+	if (seg_in(segs[0], admin_any))
+		return true;
+	if (sv_equal_cstr(segs[0], "actions") && n > 1 && seg_in(segs[1], actions_admin))
+		return true;
+	if (sv_equal_cstr(segs[0], "branches") && n > 2 && sv_equal_cstr(segs[2], "protection"))
+		return true;
+	if (sv_equal_cstr(segs[0], "tags") && n > 1 && sv_equal_cstr(segs[1], "protection"))
+		return true;
+	if (sv_equal_cstr(segs[0], "pulls") && n > 2 && sv_equal_cstr(segs[2], "merge"))
+		return true; /* publishing opens a pull request; it never merges one */
+	if (read)
+		return false;
+	return !seg_in(segs[0], work_writes);
 }

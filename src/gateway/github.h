@@ -10,6 +10,11 @@
  * OWNER/REPO-evil, OWNER/REPOx and OWNER-x/REPO are other repositories.
  * Only the github.com paths take the ".git" suffix, spelled in lower case;
  * on api.github.com "REPO.git" is another repository (there is none).
+ *
+ * A grant means "work on this repository": read it, push branches, work
+ * with issues and pull requests. The administrative endpoints, and those
+ * that create, move, delete, publish or merge, need a grant that names
+ * them: `github-admin:OWNER/REPO` (gw_github_needs_admin has the table).
  */
 #pragma once
 
@@ -22,6 +27,7 @@
 struct gw_github_grant {
 	char owner[GW_GITHUB_OWNER_MAX + 1];
 	char repo[GW_GITHUB_REPO_MAX + 1];
+	bool admin; /* github-admin: the administrative endpoints too */
 };
 
 /*
@@ -43,3 +49,26 @@ int gw_github_grant_parse(const char *s, struct gw_github_grant *ret);
  */
 bool gw_github_allowed(const struct gw_github_grant *grants, size_t n_grants, const char *host,
 		       const char *path);
+/* The same, returning the grant that matches (NULL: none). */
+const struct gw_github_grant *gw_github_grant_for(const struct gw_github_grant *grants,
+						  size_t n_grants, const char *host,
+						  const char *path);
+
+/*
+ * Whether method on path (canonical, no query) of api.github.com is an
+ * endpoint a plain grant does not reach. On /repos/OWNER/REPO[/...]:
+ *   any method: hooks, keys, collaborators, invitations, teams, rulesets,
+ *     autolinks, environments, secret-scanning, code-scanning, dependabot,
+ *     codespaces, vulnerability-alerts, automated-security-fixes,
+ *     private-vulnerability-reporting, interaction-limits, properties,
+ *     actions/{secrets,variables,permissions,runners,oidc,cache},
+ *     branches/B/protection, tags/protection, pulls/N/merge;
+ *   methods other than GET and HEAD: everything but issues, pulls,
+ *     labels, milestones, comments, git, contents, statuses, check-runs,
+ *     check-suites and commits (so the repository itself: DELETE, PATCH;
+ *     forks, generate, transfer, releases, deployments, merges,
+ *     dispatches, topics, actions ...).
+ * Reads of everything else, and git smart HTTP on github.com (clone,
+ * fetch, push), are work. Any other host or path: false.
+ */
+bool gw_github_needs_admin(const char *host, const char *method, const char *path);

@@ -73,7 +73,16 @@ struct gw_config {
 	uint64_t connect_ms;  /* connecting (and TLS) to an upstream */
 	uint64_t upstream_ms; /* upstream silence while we wait for it */
 	uint64_t write_ms;    /* a client or upstream that does not take our bytes */
+	/* per sandbox: */
+	uint64_t audit_max;   /* bytes of audit log, then a marker and no more */
+	uint64_t max_conns;   /* open client connections */
+	uint64_t buffer_max;  /* bytes queued in the gateway for the sandbox's connections */
 };
+
+#define GW_DEFAULT_AUDIT_MAX (64ull << 20)
+#define GW_DEFAULT_CONNECTIONS 512
+#define GW_MAX_CONNECTIONS 4096
+#define GW_DEFAULT_BUFFERS (16ull << 20)
 
 /* config.c */
 bool gw_host_pattern_matches(const char *pattern, bool wildcard, const char *host);

@@ -29,8 +29,13 @@ SECRET_GH = "ghp_" + secrets.token_hex(18)
 SECRET_ODD = "odd+/=&key " + secrets.token_hex(12)
 ALL_SECRETS = (SECRET_API, SECRET_GEN, SECRET_GH, SECRET_ODD)
 
-AUDIT_KEYS = {"time", "sandbox", "generation", "rule", "decision", "method", "host", "port",
-              "path", "status", "bytes_up", "bytes_down", "duration_ms", "credential", "reason"}
+AUDIT_KEYS = {"time", "sandbox", "kind", "generation", "rule", "decision", "method", "host",
+              "port", "path", "status", "bytes_up", "bytes_down", "duration_ms", "credential",
+              "reason"}
+# Repeated identical denials are counted: one summary line per window.
+SUMMARY_KEYS = {"time", "sandbox", "kind", "generation", "rule", "decision", "method", "host",
+                "port", "path", "status", "reason", "repeated", "since"}
+MARKER_KEYS = {"time", "sandbox", "kind", "decision", "reason"}
 
 POLICY = """\
 rules:
@@ -164,9 +169,19 @@ class GW:
         no_secret(raw, "the audit log")
         lines = [json.loads(l) for l in raw.decode().splitlines() if l.strip()]
         for l in lines:
-            assert set(l) == AUDIT_KEYS, f"audit line keys: {sorted(l)}"
-            assert l["decision"] in ("allow", "deny"), l
+            check_audit_line(l)
         return lines
+
+
+def check_audit_line(l):
+    if "repeated" in l:
+        assert set(l) == SUMMARY_KEYS and l["repeated"] >= 1, l
+    elif l.get("kind") == "audit":
+        assert set(l) == MARKER_KEYS, l
+    else:
+        assert AUDIT_KEYS <= set(l) <= AUDIT_KEYS | {"path_truncated"}, f"audit keys: {sorted(l)}"
+    assert l["kind"] in ("http", "dns", "tls", "audit"), l
+    assert l["decision"] in ("allow", "deny", "error"), l
 
 
 def no_secret(data, where):
@@ -420,8 +435,12 @@ def test_dns_stub(gw):
     assert "DNS deb.debian.org 3 0 -" in out, out
     ns = [l.split() for l in lines if l.startswith("nameserver")]
     assert ns == [["nameserver", "127.0.0.1"]], out
-    # DNS is answered by the stub alone: nothing reached the policy.
-    assert [l for l in gw.audit() if l["host"] in (rand, "deb.debian.org")] == []
+    # DNS is answered by the stub alone; what was refused is audited (kind
+    # dns), once per name however often it was asked.
+    refused = [l for l in gw.audit() if l["host"] in (rand, "deb.debian.org")]
+    assert {(l["kind"], l["decision"], l["host"]) for l in refused} == \
+        {("dns", "deny", rand), ("dns", "deny", "deb.debian.org")}, refused
+    assert all(l["reason"] == "no rule allows this host" for l in refused), refused
 
 
 # ---------------------------------------------------------------------------
@@ -522,7 +541,7 @@ def test_github_scoping(gw, ups):
         assert seen(ups, r) == [], f"upstream saw ambiguous {path}: {seen(ups, r)}"
     # The audit names the credential only where it was attached.
     lines = [l for l in gw.audit() if l["host"] == "api.github.com"]
-    granted_paths = {l["path"] for l in lines if l["credential"] == "github-token"}
+    granted_paths = {l["path"] for l in lines if l.get("credential") == "github-token"}
     assert granted_paths and all(p.lower().startswith(f"/repos/{OWNER}/{REPO}".lower())
                                  for p in granted_paths), granted_paths
     assert all(not p.lower().startswith(f"/repos/{OWNER}/{REPO}-".lower()) for p in granted_paths)

@@ -341,3 +341,135 @@ def test_only_idempotent_requests_are_resent(gw, ups):
     assert out == ["200", "200", "200", "502"], (out, [len(seen(ups, x)) for x in (g1, g2, p1, p2)])
     assert len(seen(ups, g2)) == 2  # dropped once, then answered
     assert len(seen(ups, p2)) == 1  # never sent twice
+
+
+# ---------------------------------------------------------------------------
+# A GitHub grant is work on the repository, not its administration.
+
+GH_ADMIN = [("DELETE", f"/repos/{OWNER}/{REPO}"), ("PATCH", f"/repos/{OWNER}/{REPO}"),
+            ("POST", f"/repos/{OWNER}/{REPO}/forks"), ("POST", f"/repos/{OWNER}/{REPO}/generate"),
+            ("POST", f"/repos/{OWNER}/{REPO}/transfer"), ("POST", f"/repos/{OWNER}/{REPO}/hooks"),
+            ("POST", f"/repos/{OWNER}/{REPO}/keys"),
+            ("PUT", f"/repos/{OWNER}/{REPO}/collaborators/mallory"),
+            ("GET", f"/repos/{OWNER}/{REPO}/actions/secrets"),
+            ("PUT", f"/repos/{OWNER}/{REPO}/actions/secrets/X"),
+            ("PUT", f"/repos/{OWNER}/{REPO}/pulls/1/merge")]
+GH_WORK = [("GET", f"/repos/{OWNER}/{REPO}"), ("POST", f"/repos/{OWNER}/{REPO}/pulls"),
+           ("POST", f"/repos/{OWNER}/{REPO}/issues/1/comments"),
+           ("POST", f"/repos/{OWNER}/{REPO}/git/refs")]
+
+
+def gh_calls(gw, calls, *extra, **kw):
+    cmds, rids = [], []
+    for method, path in calls:
+        r = rid()
+        rids.append(r)
+        cmds.append(f"curl -sS -o /dev/null -w '%{{http_code}}\\n' -X {method} "
+                    f"'https://api.github.com{path}?rid={r}'")
+    out = gw.sh("; ".join(cmds), *extra, **kw).stdout.decode().split()
+    return list(zip(out, rids))
+
+
+def test_github_grant_is_work_not_administration(gw, ups):
+    res = gh_calls(gw, GH_ADMIN + GH_WORK)
+    for (status, r), (method, path) in zip(res, GH_ADMIN):
+        assert status == "403" and seen(ups, r) == [], (method, path, status)
+    for (status, r), (method, path) in zip(res[len(GH_ADMIN):], GH_WORK):
+        (rec,) = seen(ups, r)
+        assert status == "200" and header(rec, "authorization") == [f"Bearer {SECRET_GH}"], \
+            (method, path)
+    refused = [l for l in gw.audit() if l["status"] == 403 and l["host"] == "api.github.com"]
+    # Identical refusals are counted, not repeated: every request accounted for.
+    assert sum(l.get("repeated", 1) for l in refused) == len(GH_ADMIN), refused
+    assert all("github-admin:" in l["reason"] for l in refused), refused
+    # A grant that names the administration reaches it.
+    res = gh_calls(gw, GH_ADMIN, "--grant", f"github-admin:{OWNER}/{REPO}", grant=False)
+    for (status, r), (method, path) in zip(res, GH_ADMIN):
+        (rec,) = seen(ups, r)
+        assert header(rec, "authorization") == [f"Bearer {SECRET_GH}"], (method, path, status)
+
+
+# ---------------------------------------------------------------------------
+# The audit log: everything a sandbox tried, and never more than its limit.
+
+def test_audit_shows_refused_names_and_failed_handshakes(gw, ups):
+    """NXDOMAIN answers, a handshake the gateway refused (transparent 443
+    with a name no rule allows), and one the client abandoned (it pins its
+    CA) each leave a line, so an operator sees what was tried."""
+    with open(ups.ca) as f:
+        put(gw.ws, "pinned.pem", f.read())
+    gw.sh("getent hosts never-allowed.example.test; "
+          "curl -sS --max-time 10 --noproxy '*' --resolve other.example.test:443:127.0.0.2 "
+          "https://other.example.test/; "
+          "curl -sS --max-time 10 --cacert /workspace/pinned.pem https://api.example.test/v1/x; "
+          "true")
+    audit = gw.audit()
+    dns = [l for l in audit if l["kind"] == "dns"]
+    assert {(l["host"], l["decision"]) for l in dns} == {("never-allowed.example.test", "deny")}, dns
+    tls = {l["host"]: l for l in audit if l["kind"] == "tls"}
+    assert tls["other.example.test"]["decision"] == "deny", tls
+    assert tls["other.example.test"]["reason"] == "no rule allows this host", tls
+    assert tls["api.example.test"]["decision"] == "error", tls
+    assert "trust the sandbox's CA" in tls["api.example.test"]["reason"], tls
+
+
+AUDIT_FLOOD = r"""
+import socket, sys
+n, kind = int(sys.argv[1]), sys.argv[2]
+s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+f = s.makefile("rb")
+long = "x" * 4000
+counts = {}
+for i in range(n):
+    if kind == "paths":
+        s.sendall(f"GET http://denied.example.test/{long}/{i} HTTP/1.1\r\nHost: denied.example.test\r\n\r\n".encode())
+    else:
+        s.sendall(f"GET http://h{i}.denied.example.test/{long} HTTP/1.1\r\nHost: h{i}.denied.example.test\r\n\r\n".encode())
+    line = f.readline()
+    status = line.split()[1].decode()
+    counts[status] = counts.get(status, 0) + 1
+    if status != "403":
+        break
+    length = 0
+    while True:
+        h = f.readline()
+        if h in (b"\r\n", b""):
+            break
+        if h.lower().startswith(b"content-length:"):
+            length = int(h.split(b":")[1])
+    f.read(length)
+print("done", n, sorted(counts.items()))
+"""
+
+
+def test_audit_log_is_bounded(gw, ups, tmp_path):
+    """A sandbox that floods denials: identical ones (any path) are counted
+    in one summary line; distinct ones are written until the limit, then a
+    marker, nothing more, and requests are refused from then on (no
+    egress unaudited)."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text(open(gw.files["policy"]).read() + "limits:\n  audit_max: 256K\n")
+    flood = gw.script("flood.py", AUDIT_FLOOD)
+    p = gw.sh(f"python3 {flood} 3000 paths", "--policy", str(policy), policy=False, timeout=120)
+    assert "done 3000 [('403', 3000)]" in p.stdout.decode(), p.stderr.decode()[-2000:]
+    size = gw.audit_path.stat().st_size
+    audit = gw.audit()
+    denied = [l for l in audit if l["host"] == "denied.example.test"]
+    assert sum(l.get("repeated", 1) for l in denied) == 3000, denied
+    assert size < 16 * 1024, size
+    gw.audit_path.unlink()
+    r = rid()
+    p = gw.sh(f"python3 {flood} 600 hosts; "
+              f"curl -sS -o /dev/null -w 'after %{{http_connect}}\\n' -H \"x-api-key: $EXAMPLE_API_KEY\" "
+              f"https://api.example.test/v1/echo?rid={r}",
+              "--policy", str(policy), policy=False, timeout=120)
+    out = p.stdout.decode()
+    # Some 50 distinct 4 KiB lines fit; then 503, for this sandbox alone.
+    assert "('503', 1)" in out and "after 503" in out, (out, p.stderr.decode()[-2000:])
+    assert seen(ups, r) == []
+    size = gw.audit_path.stat().st_size
+    assert 200 * 1024 < size <= 256 * 1024 + 512, size
+    audit = gw.audit()
+    assert audit[-1]["kind"] == "audit" and "audit_max" in audit[-1]["reason"], audit[-1]
+    assert all(len(l.get("path") or "") <= 1024 for l in audit)
+    assert any(l.get("path_truncated") for l in audit), audit[0]

@@ -193,6 +193,32 @@ static void test_github_grants(void **state)
 	assert_null(v.cred);
 	v = req(cfg, "GET", "github.com", 443, "/acme/other.git/info/refs", true);
 	assert_false(v.allow);
+	/* Work, not administration: deleting the repository, reading its
+	 * secrets or merging needs a github-admin grant. */
+	assert_true(req(cfg, "POST", "api.github.com", 443, "/repos/acme/app/pulls", true).allow);
+	assert_true(req(cfg, "POST", "github.com", 443, "/acme/app.git/git-receive-pack", true).allow);
+	static const char *const admin[][2] = {
+		{ "DELETE", "/repos/acme/app" }, { "POST", "/repos/acme/app/forks" },
+		{ "GET", "/repos/acme/app/actions/secrets" }, { "PUT", "/repos/acme/app/pulls/1/merge" },
+		{ "POST", "/repos/acme/app/hooks" },
+	};
+	for (size_t i = 0; i < sizeof(admin) / sizeof(admin[0]); i++) {
+		v = req(cfg, admin[i][0], "api.github.com", 443, admin[i][1], true);
+		assert_false(v.allow);
+		assert_int_equal(v.status, 403);
+		assert_null(v.cred);
+		assert_non_null(strstr(v.reason, "github-admin:"));
+	}
+	gw_config_free(cfg);
+
+	char g1[] = "github-admin:acme/app";
+	char *admin_grants[] = { g1 };
+	cfg = config(GW_MODE_RESTRICTED, admin_grants, 1);
+	for (size_t i = 0; i < sizeof(admin) / sizeof(admin[0]); i++) {
+		v = req(cfg, admin[i][0], "api.github.com", 443, admin[i][1], true);
+		assert_true(v.allow);
+		assert_non_null(v.cred);
+	}
 	gw_config_free(cfg);
 }
 

@@ -380,9 +380,104 @@ static void test_unparsed_grants(void **state)
 	assert_false(gw_github_allowed(&half, 1, WEB, "/o/.git/info/refs"));
 }
 
+/* A plain grant is work on the repository; administration, creating,
+ * deleting, publishing and merging need github-admin. */
+static void test_admin_table(void **state)
+{
+	static const struct {
+		const char *method, *path;
+		bool admin;
+	} cases[] = {
+		/* Reading is work, almost everywhere. */
+		{ "GET", "/repos/o/r", false },
+		{ "HEAD", "/repos/o/r", false },
+		{ "GET", "/repos/o/r/pulls", false },
+		{ "GET", "/repos/o/r/contents/README.md", false },
+		{ "GET", "/repos/o/r/actions/runs", false },
+		{ "GET", "/repos/o/r/forks", false },
+		{ "GET", "/repos/o/r/releases", false },
+		{ "GET", "/repos/o/r/branches/main", false },
+		/* Working: issues, pull requests, git objects, contents, checks. */
+		{ "POST", "/repos/o/r/issues", false },
+		{ "PATCH", "/repos/o/r/issues/3", false },
+		{ "POST", "/repos/o/r/issues/3/comments", false },
+		{ "POST", "/repos/o/r/pulls", false },
+		{ "PATCH", "/repos/o/r/pulls/4", false },
+		{ "POST", "/repos/o/r/pulls/4/reviews", false },
+		{ "PUT", "/repos/o/r/pulls/4/update-branch", false },
+		{ "POST", "/repos/o/r/git/refs", false },
+		{ "PATCH", "/repos/o/r/git/refs/heads/feature", false },
+		{ "POST", "/repos/o/r/git/blobs", false },
+		{ "PUT", "/repos/o/r/contents/a/b.txt", false },
+		{ "POST", "/repos/o/r/statuses/abc123", false },
+		{ "POST", "/repos/o/r/check-runs", false },
+		{ "POST", "/repos/o/r/labels", false },
+		{ "POST", "/repos/o/r/commits/abc/comments", false },
+		/* The repository itself, and making others from it. */
+		{ "DELETE", "/repos/o/r", true },
+		{ "PATCH", "/repos/o/r", true },
+		{ "POST", "/repos/o/r/forks", true },
+		{ "POST", "/repos/o/r/generate", true },
+		{ "POST", "/repos/o/r/transfer", true },
+		{ "PUT", "/repos/o/r/topics", true },
+		/* Administration and secrets, even to read. */
+		{ "GET", "/repos/o/r/hooks", true },
+		{ "POST", "/repos/o/r/hooks", true },
+		{ "GET", "/repos/o/r/keys", true },
+		{ "POST", "/repos/o/r/keys", true },
+		{ "PUT", "/repos/o/r/collaborators/mallory", true },
+		{ "GET", "/repos/o/r/collaborators", true },
+		{ "GET", "/repos/o/r/actions/secrets", true },
+		{ "PUT", "/repos/o/r/actions/secrets/TOKEN", true },
+		{ "GET", "/repos/o/r/actions/secrets/public-key", true },
+		{ "POST", "/repos/o/r/actions/variables", true },
+		{ "PUT", "/repos/o/r/actions/permissions", true },
+		{ "GET", "/repos/o/r/environments/prod/secrets", true },
+		{ "GET", "/repos/o/r/dependabot/secrets", true },
+		{ "PUT", "/repos/o/r/branches/main/protection", true },
+		{ "GET", "/repos/o/r/branches/main/protection", true },
+		{ "POST", "/repos/o/r/tags/protection", true },
+		{ "POST", "/repos/o/r/rulesets", true },
+		/* Publishing and running. */
+		{ "PUT", "/repos/o/r/pulls/4/merge", true },
+		{ "GET", "/repos/o/r/pulls/4/merge", true },
+		{ "POST", "/repos/o/r/merges", true },
+		{ "POST", "/repos/o/r/releases", true },
+		{ "POST", "/repos/o/r/deployments", true },
+		{ "POST", "/repos/o/r/dispatches", true },
+		{ "POST", "/repos/o/r/actions/workflows/ci.yml/dispatches", true },
+		{ "POST", "/repos/o/r/actions/runs/1/rerun", true },
+		{ "DELETE", "/repos/o/r/releases/1", true },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
+		if (gw_github_needs_admin(API, cases[i].method, cases[i].path) != cases[i].admin)
+			fail_msg("%s %s: needs admin %d, expected %d", cases[i].method, cases[i].path,
+				 !cases[i].admin, cases[i].admin);
+	/* Git smart HTTP is work (clone, fetch, push); other hosts never. */
+	assert_false(gw_github_needs_admin(WEB, "POST", "/o/r.git/git-receive-pack"));
+	assert_false(gw_github_needs_admin("example.com", "DELETE", "/repos/o/r"));
+	assert_false(gw_github_needs_admin(API, "POST", "/user/repos"));
+	assert_false(gw_github_needs_admin(API, NULL, "/repos/o/r"));
+}
+
+/* The admin grant is the one found when both are given. */
+static void test_grant_for_prefers_admin(void **state)
+{
+	struct gw_github_grant gs[2];
+	assert_int_equal(gw_github_grant_parse("o/r", &gs[0]), 0);
+	assert_int_equal(gw_github_grant_parse("O/R", &gs[1]), 0);
+	gs[1].admin = true;
+	const struct gw_github_grant *g = gw_github_grant_for(gs, 2, API, "/repos/o/r/hooks");
+	assert_ptr_equal(g, &gs[1]);
+	assert_null(gw_github_grant_for(gs, 1, API, "/repos/o/x"));
+	assert_false(gs[0].admin);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_admin_table),
+		cmocka_unit_test(test_grant_for_prefers_admin),
 		cmocka_unit_test(test_parse_valid),
 		cmocka_unit_test(test_parse_invalid),
 		cmocka_unit_test(test_parse_limits),
