@@ -3,6 +3,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -151,4 +155,80 @@ bool gw_addr_allowed(const struct sockaddr *sa, const struct gw_cidr *allow, siz
 		}
 	}
 	return true;
+}
+
+int gw_host_addrs_snapshot(struct gw_cidr **ret, size_t *ret_n)
+{
+	struct ifaddrs *ifa = NULL;
+	if (getifaddrs(&ifa) < 0)
+		return -errno;
+	size_t n = 0;
+	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
+		if (i->ifa_addr && (i->ifa_addr->sa_family == AF_INET ||
+				    i->ifa_addr->sa_family == AF_INET6))
+			n++;
+	struct gw_cidr *out = calloc(n ? n : 1, sizeof(*out));
+	if (!out) {
+		freeifaddrs(ifa);
+		return -ENOMEM;
+	}
+	size_t k = 0;
+	for (struct ifaddrs *i = ifa; i && k < n; i = i->ifa_next) {
+		int family;
+		const uint8_t *a;
+		if (!i->ifa_addr || !addr_of(i->ifa_addr, &family, &a))
+			continue;
+		out[k].family = family;
+		memcpy(out[k].addr, a, family == AF_INET ? 4 : 16);
+		out[k].prefix = family == AF_INET ? 32 : 128;
+		k++;
+	}
+	freeifaddrs(ifa);
+	*ret = out;
+	*ret_n = k;
+	return 0;
+}
+
+int gw_addr_is_host(const struct sockaddr *sa, const struct gw_cidr *own, size_t n_own,
+		    bool bind_probe)
+{
+	int family;
+	const uint8_t *a;
+	if (!addr_of(sa, &family, &a))
+		return -EAFNOSUPPORT;
+	for (size_t i = 0; i < n_own; i++)
+		if (contains(&own[i], family, a))
+			return 1;
+	_cleanup_close_ int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	socklen_t len = family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+	if (connect(fd, sa, len) < 0)
+		return -errno;
+	struct sockaddr_storage me;
+	socklen_t ml = sizeof(me);
+	if (getsockname(fd, (struct sockaddr *)&me, &ml) < 0)
+		return -errno;
+	int mf;
+	const uint8_t *m;
+	if (!addr_of((struct sockaddr *)&me, &mf, &m) || mf != family)
+		return -EAFNOSUPPORT;
+	if (memcmp(m, a, family == AF_INET ? 4 : 16) == 0)
+		return 1;
+	if (!bind_probe)
+		return 0;
+	/* Only a local address can be bound (without IP_FREEBIND and
+	 * ip_nonlocal_bind): 127.0.0.9 goes out from 127.0.0.1, but is ours. */
+	_cleanup_close_ int b = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (b < 0)
+		return -errno;
+	struct sockaddr_storage any;
+	memcpy(&any, sa, len);
+	if (family == AF_INET)
+		((struct sockaddr_in *)&any)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)&any)->sin6_port = 0;
+	if (bind(b, (struct sockaddr *)&any, len) == 0)
+		return 1;
+	return errno == EADDRNOTAVAIL ? 0 : -errno;
 }

@@ -35,3 +35,25 @@ bool gw_cidr_contains(const struct gw_cidr *c, const struct sockaddr *sa);
  */
 bool gw_addr_allowed(const struct sockaddr *sa, const struct gw_cidr *allow, size_t n_allow,
 		     const char **ret_reason);
+
+/*
+ * The host's own addresses (every interface's, from getifaddrs) as single-
+ * address CIDRs, taken when the gateway starts: its seccomp filter later
+ * forbids the netlink socket this needs. *ret is malloc'd.
+ */
+int gw_host_addrs_snapshot(struct gw_cidr **ret, size_t *ret_n);
+
+/*
+ * Whether connecting to sa would reach this host itself, so that no sandbox
+ * reaches the host's services through the gateway (under --network open
+ * too, on hosts with public addresses): an address of the snapshot own, or
+ * one the kernel routes to this host now (addresses added since the
+ * snapshot, whole local ranges such as 127/8 or an AnyIP route): a UDP
+ * socket connected to it (which sends nothing) gets it as its own address,
+ * or one can be bound to it. bind_probe: use the second test (false where
+ * the host allows binding to any address: net.ipv4.ip_nonlocal_bind).
+ * 1 yes, 0 no, or -errno when it cannot tell (no route: the connection
+ * would fail anyway).
+ */
+int gw_addr_is_host(const struct sockaddr *sa, const struct gw_cidr *own, size_t n_own,
+		    bool bind_probe);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 
@@ -185,6 +186,7 @@ static int set_policy(struct gw_engine *e, const uint8_t *text, size_t len, uint
 	if (r < 0)
 		return r;
 	gw_policy_free(e->owned_policy);
+	free(e->own);
 	e->owned_policy = p;
 	e->policy = p;
 	*ret_gen = gen;
@@ -303,6 +305,18 @@ int gw_engine_handle_signals(struct gw_engine *e)
 
 /* ---- the engine ---- */
 
+/* A boolean sysctl that reads 1 (missing or unreadable: 0). */
+static bool sysctl_on(const char *path)
+{
+	char buf[4] = "";
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 && buf[0] == '1';
+}
+
 int gw_engine_new(const struct gw_engine_opts *o, struct gw_engine **ret, struct al_error *err)
 {
 	struct gw_engine *e = calloc(1, sizeof(*e));
@@ -324,6 +338,15 @@ int gw_engine_new(const struct gw_engine_opts *o, struct gw_engine **ret, struct
 		event_config_avoid_method(ec, "poll");
 		e->base = event_base_new_with_config(ec);
 		event_config_free(ec);
+	}
+	/* The host's addresses, while netlink is still allowed. */
+	int ar = gw_host_addrs_snapshot(&e->own, &e->n_own);
+	e->bind_probe = !sysctl_on("/proc/sys/net/ipv4/ip_nonlocal_bind") &&
+			!sysctl_on("/proc/sys/net/ipv6/ip_nonlocal_bind");
+	if (ar < 0) {
+		X509_STORE_free(o->upstream_store);
+		gw_engine_free(e);
+		return al_error_set_errno(err, ar, "cannot list the host's addresses");
 	}
 	e->srv_ctx = SSL_CTX_new(TLS_server_method());
 	e->up_ctx = SSL_CTX_new(TLS_client_method());

@@ -72,6 +72,9 @@ struct gw_engine {
 	bool exit_when_idle;
 	int ctl;
 	struct event *ctl_ev, *sig_int, *sig_term;
+	struct gw_cidr *own; /* the host's own addresses when the gateway started */
+	size_t n_own;
+	bool bind_probe;     /* the host does not let anything bind to any address */
 	uint64_t queued;     /* bytes in all output buffers */
 	struct conn *paused; /* connections waiting for the global budget */
 };

@@ -231,6 +231,24 @@ static void up_read_cb(struct bufferevent *bev, void *ud);
 static void up_write_cb(struct bufferevent *bev, void *ud);
 static void up_event_cb(struct bufferevent *bev, short what, void *ud);
 
+/*
+ * Whether the gateway may connect to sa: not in a refused range (unless
+ * the operator allowed a CIDR), and never the host itself, whatever
+ * allow_cidrs says (a service of the host is reached through an operator
+ * override, --upstream, not by vetting).
+ */
+static bool vetted(struct conn *c, const struct sockaddr *sa, const char **ret_why)
+{
+	const struct gw_config *cfg = c->e->cfg;
+	if (!gw_addr_allowed(sa, cfg->cidrs, cfg->n_cidrs, ret_why))
+		return false;
+	int r = gw_addr_is_host(sa, c->e->own, c->e->n_own, c->e->bind_probe);
+	if (r == 0)
+		return true;
+	*ret_why = r > 0 ? "an address of this host" : "no route to it";
+	return false;
+}
+
 static void dns_cb(int result, struct evutil_addrinfo *res, void *ud)
 {
 	struct conn *c = ud;
@@ -257,7 +275,11 @@ static void dns_cb(int result, struct evutil_addrinfo *res, void *ud)
 			if ((pass == 0) != (ai->ai_family == AF_INET))
 				continue;
 			const char *r = NULL;
-			if (gw_addr_allowed(ai->ai_addr, c->e->cfg->cidrs, c->e->cfg->n_cidrs, &r))
+			if (ai->ai_family == AF_INET)
+				((struct sockaddr_in *)ai->ai_addr)->sin_port = htons(c->up_port);
+			else if (ai->ai_family == AF_INET6)
+				((struct sockaddr_in6 *)ai->ai_addr)->sin6_port = htons(c->up_port);
+			if (vetted(c, ai->ai_addr, &r))
 				pick = ai;
 			else if (!reason)
 				reason = r;
@@ -495,7 +517,7 @@ void gw_upstream_start(struct conn *c)
 		else
 			((struct sockaddr_in6 *)&ss)->sin6_port = htons(c->port);
 		const char *reason = NULL;
-		if (!gw_addr_allowed((struct sockaddr *)&ss, cfg->cidrs, cfg->n_cidrs, &reason)) {
+		if (!vetted(c, (struct sockaddr *)&ss, &reason)) {
 			char why[512];
 			snprintf(why, sizeof(why), "%s is a refused address: %s", c->host,
 				 reason ? reason : "refused");

@@ -473,3 +473,87 @@ def test_audit_log_is_bounded(gw, ups, tmp_path):
     assert audit[-1]["kind"] == "audit" and "audit_max" in audit[-1]["reason"], audit[-1]
     assert all(len(l.get("path") or "") <= 1024 for l in audit)
     assert any(l.get("path_truncated") for l in audit), audit[0]
+
+
+# ---------------------------------------------------------------------------
+# The host itself is never an upstream, under --network open too.
+
+HOST_SERVER = r"""
+import socket, sys, threading
+log = open(sys.argv[1], "a", buffering=1)
+def serve(family, addr):
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    s.bind((addr, 8099))
+    s.listen(16)
+    while True:
+        c, a = s.accept()
+        log.write(f"connection from {a[0]}\n")
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhost secret")
+        c.close()
+threading.Thread(target=serve, args=(socket.AF_INET, "0.0.0.0"), daemon=True).start()
+try:
+    threading.Thread(target=serve, args=(socket.AF_INET6, "::"), daemon=True).start()
+except OSError:
+    pass
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_open_network_never_reaches_the_host(airlock, workspace, tmp_path):
+    """On a host with public addresses (here: a network namespace whose
+    interface has 44.10.0.1 and 2a01:4f8::1), a sandbox with --network open
+    asks the gateway for those addresses, and for one the host gains while
+    the sandbox lives: refused, and the host's service bound to the wildcard
+    address never sees a connection."""
+    ns = f"al-own-{os.getpid()}"
+    if subprocess.run(["ip", "netns", "add", ns], capture_output=True).returncode != 0:
+        pytest.skip("cannot make a network namespace here (ip netns add failed)")
+    server = None
+    sid = None
+    run_ns = lambda *a, **kw: subprocess.run(["nsenter", f"--net=/run/netns/{ns}", *a], **kw)
+    try:
+        ip = lambda *a: subprocess.run(["ip", "-n", ns, *a], check=True, capture_output=True)
+        ip("link", "set", "lo", "up")
+        ip("link", "add", "v0", "type", "veth", "peer", "name", "v1")
+        ip("addr", "add", "44.10.0.1/24", "dev", "v0")
+        v6 = subprocess.run(["ip", "-n", ns, "-6", "addr", "add", "2a01:4f8::1/64", "dev", "v0",
+                             "nodad"], capture_output=True).returncode == 0
+        ip("link", "set", "v0", "up")
+        ip("link", "set", "v1", "up")
+        log = tmp_path / "conns.log"
+        log.touch()
+        srv = tmp_path / "srv.py"
+        srv.write_text(HOST_SERVER)
+        server = subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "python3", str(srv),
+                                   str(log)], stdout=subprocess.PIPE)
+        assert server.stdout.readline().startswith(b"ready")
+        p = run_ns(airlock.bin, "sandbox", "create", "--network", "open", "--workspace",
+                   str(workspace), env=airlock.env, capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr.decode()
+        sid = p.stdout.decode().strip()
+        # An address the host gains after the gateway started.
+        ip("addr", "add", "44.20.0.7/32", "dev", "v0")
+        urls = ["http://44.10.0.1:8099/", "http://44.20.0.7:8099/"]
+        urls += ["http://[2a01:4f8::1]:8099/"] if v6 else []
+        cmd = "; ".join(f"curl -sS -m 10 -w ' %{{http_code}}\\n' {u}" for u in urls)
+        p = run_ns(airlock.bin, "sandbox", "exec", sid, "--", "/bin/sh", "-c", cmd,
+                   env=airlock.env, capture_output=True, timeout=60)
+        out = p.stdout.decode()
+        assert p.returncode == 0, (out, p.stderr.decode()[-2000:])
+        assert out.count("an address of this host") == len(urls), out
+        assert [l for l in out.splitlines() if l.startswith(" ")] == [" 403"] * len(urls), out
+        assert "host secret" not in out
+        assert log.read_text() == "", log.read_text()
+        if not v6:
+            print("IPv6 addresses cannot be added here: only IPv4 was checked")
+    finally:
+        if sid:
+            run_ns(airlock.bin, "sandbox", "destroy", sid, env=airlock.env, capture_output=True)
+        if server:
+            server.kill()
+            server.wait()
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
 
@@ -145,6 +146,117 @@ static void test_other_families_refused(void **state)
 	assert_false(gw_addr_allowed(NULL, NULL, 0, NULL));
 }
 
+/*
+ * Every refused range at both of its edges, with its own reason (so a range
+ * deleted from the table fails here even where a wider one still covers
+ * its addresses), and the first address past each edge that no range
+ * covers, which passes.
+ */
+static void test_every_range_at_both_edges(void **state)
+{
+	static const struct {
+		const char *first, *last, *why, *below, *above;
+	} ranges[] = {
+		{ "0.0.0.0", "0.255.255.255", "this network", NULL, "1.0.0.0" },
+		{ "10.0.0.0", "10.255.255.255", "private", "9.255.255.255", "11.0.0.0" },
+		{ "100.64.0.0", "100.127.255.255", "shared address space (CGNAT)", "100.63.255.255",
+		  "100.128.0.0" },
+		{ "127.0.0.0", "127.255.255.255", "loopback", "126.255.255.255", "128.0.0.0" },
+		{ "169.254.0.0", "169.254.255.255", "link-local (cloud metadata)", "169.253.255.255",
+		  "169.255.0.0" },
+		{ "172.16.0.0", "172.31.255.255", "private", "172.15.255.255", "172.32.0.0" },
+		{ "192.0.0.0", "192.0.0.255", "IETF protocol assignments", "191.255.255.255",
+		  "192.0.1.0" },
+		{ "192.0.2.0", "192.0.2.255", "documentation", "192.0.1.255", "192.0.3.0" },
+		{ "192.88.99.0", "192.88.99.255", "6to4 relay anycast", "192.88.98.255",
+		  "192.88.100.0" },
+		{ "192.168.0.0", "192.168.255.255", "private", "192.167.255.255", "192.169.0.0" },
+		{ "198.18.0.0", "198.19.255.255", "benchmarking", "198.17.255.255", "198.20.0.0" },
+		{ "198.51.100.0", "198.51.100.255", "documentation", "198.51.99.255", "198.51.101.0" },
+		{ "203.0.113.0", "203.0.113.255", "documentation", "203.0.112.255", "203.0.114.0" },
+		{ "224.0.0.0", "239.255.255.255", "multicast", "223.255.255.255", NULL },
+		{ "240.0.0.0", "255.255.255.255", "reserved", NULL, NULL },
+		{ "::", "::", "unspecified", NULL, NULL },
+		{ "::1", "::1", "loopback", NULL, NULL },
+		{ "::2", "::ffff:ffff", "IPv4-compatible (embeds an IPv4 address)", NULL, "::1:0:0" },
+		{ "::ffff:0.0.0.0", "::ffff:255.255.255.255", "IPv4-mapped (embeds an IPv4 address)",
+		  "::fffe:ffff:ffff", "::1:0:0:0" },
+		{ "::ffff:0:0:0", "::ffff:0:ffff:ffff", "IPv4-translated (embeds an IPv4 address)",
+		  "::fffe:ffff:ffff:ffff", "::ffff:1:0:0" },
+		{ "64:ff9b::", "64:ff9b::ffff:ffff", "NAT64 (embeds an IPv4 address)",
+		  "64:ff9a:ffff:ffff:ffff:ffff:ffff:ffff", "64:ff9b::1:0:0" },
+		{ "64:ff9b:1::", "64:ff9b:1:ffff:ffff:ffff:ffff:ffff",
+		  "local NAT64 (embeds an IPv4 address)", "64:ff9b:0:ffff:ffff:ffff:ffff:ffff",
+		  "64:ff9b:2::" },
+		{ "100::", "100::ffff:ffff:ffff:ffff", "discard-only", "ff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+		  "100:0:0:1::" },
+		{ "2001::", "2001:0:ffff:ffff:ffff:ffff:ffff:ffff", "Teredo (embeds an IPv4 address)",
+		  "2000:ffff:ffff:ffff:ffff:ffff:ffff:ffff", NULL },
+		{ "2001:1::", "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff", "IETF protocol assignments",
+		  NULL, "2001:200::" },
+		{ "2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", "documentation",
+		  "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", "2001:db9::" },
+		{ "2002::", "2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "6to4 (embeds an IPv4 address)",
+		  "2001:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "2003::" },
+		{ "3fff::", "3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff", "documentation",
+		  "3ffe:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "3fff:1000::" },
+		{ "5f00::", "5f00:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "segment routing",
+		  "5eff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "5f01::" },
+		{ "fc00::", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+		  "unique local (private; cloud metadata)", "fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+		  NULL },
+		{ "fe80::", "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "link-local",
+		  "fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ffff", NULL },
+		{ "fec0::", "feff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "site-local", NULL, NULL },
+		{ "ff00::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "multicast", NULL, NULL },
+	};
+	for (size_t i = 0; i < sizeof(ranges) / sizeof(ranges[0]); i++) {
+		const char *edge[2] = { ranges[i].first, ranges[i].last };
+		for (int k = 0; k < 2; k++) {
+			const char *why = NULL;
+			if (allowed(edge[k], NULL, 0, &why))
+				fail_msg("%s passes; it is %s", edge[k], ranges[i].why);
+			if (!why || strcmp(why, ranges[i].why) != 0)
+				fail_msg("%s refused as \"%s\", expected \"%s\"", edge[k],
+					 why ? why : "(none)", ranges[i].why);
+		}
+		const char *outside[2] = { ranges[i].below, ranges[i].above };
+		for (int k = 0; k < 2; k++) {
+			const char *why = NULL;
+			if (outside[k] && !allowed(outside[k], NULL, 0, &why))
+				fail_msg("%s, just outside %s, refused as %s", outside[k], ranges[i].why,
+					 why ? why : "(none)");
+		}
+	}
+}
+
+/* The host's own addresses: its loopback at least, and what the kernel
+ * routes to itself even when missing from the snapshot. */
+static void test_host_addresses(void **state)
+{
+	struct gw_cidr *own = NULL;
+	size_t n = 0;
+	assert_int_equal(gw_host_addrs_snapshot(&own, &n), 0);
+	struct sockaddr_storage lo = sa("127.0.0.1");
+	((struct sockaddr_in *)&lo)->sin_port = htons(80);
+	bool found = false;
+	for (size_t i = 0; i < n; i++)
+		found |= gw_cidr_contains(&own[i], (struct sockaddr *)&lo);
+	assert_true(found);
+	assert_int_equal(gw_addr_is_host((struct sockaddr *)&lo, own, n, true), 1);
+	/* Without the snapshot the route says so too (127.0.0.1 to itself). */
+	assert_int_equal(gw_addr_is_host((struct sockaddr *)&lo, NULL, 0, true), 1);
+	/* Another loopback address is this host as well. */
+	struct sockaddr_storage lo2 = sa("127.0.0.9");
+	((struct sockaddr_in *)&lo2)->sin_port = htons(80);
+	assert_int_equal(gw_addr_is_host((struct sockaddr *)&lo2, NULL, 0, true), 1);
+	/* A documentation address is not this host (or has no route here). */
+	struct sockaddr_storage doc = sa("192.0.2.1");
+	((struct sockaddr_in *)&doc)->sin_port = htons(80);
+	assert_true(gw_addr_is_host((struct sockaddr *)&doc, own, n, true) <= 0);
+	free(own);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -153,6 +265,8 @@ int main(void)
 		cmocka_unit_test(test_operator_cidrs_override),
 		cmocka_unit_test(test_cidr_parse),
 		cmocka_unit_test(test_other_families_refused),
+		cmocka_unit_test(test_every_range_at_both_edges),
+		cmocka_unit_test(test_host_addresses),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
