@@ -121,7 +121,7 @@ static void summary(struct gw_sbx *s, struct gw_audit_slot *sl)
 	now_text(ts, sizeof(ts));
 	struct gw_audit_rec r = { .kind = sl->kind, .decision = sl->decision, .method = sl->method,
 				  .host = sl->host, .rule = sl->rule, .port = sl->port,
-				  .status = sl->status };
+				  .status = sl->status, .generation = sl->generation };
 	json_t *o = base_line(s, ts, &r, NULL);
 	if (!o)
 		return;
@@ -192,6 +192,7 @@ static bool counted(struct gw_sbx *s, const struct gw_audit_rec *r)
 #undef KEEP
 		sl->port = r->port;
 		sl->status = r->status;
+		sl->generation = r->generation;
 		if (!evtimer_pending(a->flush, NULL)) {
 			struct timeval tv = { .tv_sec = AUDIT_WINDOW_S };
 			evtimer_add(a->flush, &tv);

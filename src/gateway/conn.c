@@ -149,9 +149,9 @@ void gw_close_when_flushed(struct conn *c)
 	/* A TLS filter's bytes sit in the socket's buffer below it: the
 	 * connection goes once that is empty too. */
 	struct bufferevent *under = bufferevent_get_underlying(c->cbev);
-	if (under) {
+	if (under && !c->drain_cb) {
 		bufferevent_setwatermark(c->cbev, EV_WRITE, 0, 0);
-		evbuffer_add_cb(bufferevent_get_output(under), closing_drain_cb, c);
+		c->drain_cb = evbuffer_add_cb(bufferevent_get_output(under), closing_drain_cb, c);
 	}
 	if (gw_client_flushed(c)) {
 		gw_conn_free(c);
@@ -290,6 +290,14 @@ bool gw_conn_release(struct conn *c)
 
 void gw_conn_free(struct conn *c)
 {
+	/* A buffer callback naming c must not outlive it: the buffer's
+	 * callbacks may be deferred to a later turn of the loop. */
+	if (c->drain_cb && c->cbev) {
+		struct bufferevent *under = bufferevent_get_underlying(c->cbev);
+		if (under)
+			evbuffer_remove_cb_entry(bufferevent_get_output(under), c->drain_cb);
+		c->drain_cb = NULL;
+	}
 	struct gw_sbx *s = c->s;
 	if (c->hold) {
 		/* Someone up the stack still looks at it: stop everything now,

@@ -97,6 +97,7 @@ struct gw_audit_slot {
 	char host[GW_HOST_MAX + 3];
 	uint16_t port;
 	int status;
+	uint64_t generation;
 	uint64_t count;       /* more of the same since its line */
 	char since[32];       /* when the first of those came */
 };
@@ -171,6 +172,9 @@ struct conn {
 	uint16_t tunnel_port;
 	char sni[GW_HOST_MAX + 3];
 	struct event *timer;
+	/* closing_drain_cb on the output below a closing TLS filter: removed
+	 * before the connection goes (libevent may run it deferred, later). */
+	struct evbuffer_cb_entry *drain_cb;
 	struct event *kick_up;     /* moves buffered upstream bytes on (after a pause) */
 	struct event *kick_client; /* moves buffered client bytes on */
 	unsigned hold;             /* callers up the stack still use it */

@@ -149,9 +149,9 @@ class GW:
             a += ["--audit", str(self.audit_path)]
         return a + ["--workspace", str(self.ws)]
 
-    def sh(self, script, *extra, timeout=60, **base_kw):
+    def sh(self, script, *extra, timeout=60, env=None, **base_kw):
         p = self.airlock.run(*self.base(**base_kw), *extra, "--", "/bin/sh", "-c", script,
-                             timeout=timeout)
+                             timeout=timeout, env=env)
         self.last = p
         assert p.returncode != 125, f"airlock refused the run: {p.stderr.decode()}"
         no_secret(p.stdout, "the sandbox's output")

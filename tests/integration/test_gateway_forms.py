@@ -557,3 +557,48 @@ def test_open_network_never_reaches_the_host(airlock, workspace, tmp_path):
             server.kill()
             server.wait()
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+# ---------------------------------------------------------------------------
+# The gateway outlives anything a sandbox does to it.
+
+UNFINISHED_HEADS = r"""
+import os, socket, ssl, sys
+ctx = ssl.create_default_context()
+held = []
+for i in range(int(sys.argv[1])):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += s.recv(1)
+    s = ctx.wrap_socket(s, server_hostname="api.example.test")
+    s.sendall(b"GET /v1/unfinished HTTP/1.1\r\nHost: api.example.test\r\nX-A: ")
+    held.append(s)
+print("held", len(held), flush=True)
+os._exit(0)  # every connection drops at once, the sandbox with them
+"""
+
+
+def test_unfinished_heads_then_sandbox_exit(gw, ups, tmp_path):
+    """Intercepted connections with unfinished heads time out (408) while
+    more arrive, then all drop as the sandbox ends: the gateway used to
+    free a connection that a deferred buffer callback still named (heap
+    corruption, a libevent assertion). It must shut down in order: the
+    last audit line is the summary it writes when the sandbox goes."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text(open(gw.files["policy"]).read() + "limits:\n  head_timeout: 1s\n")
+    c = gw.script("heads.py", UNFINISHED_HEADS)
+    for _ in range(3):
+        gw.audit_path.unlink(missing_ok=True)
+        # glibc's malloc checks (the ASan build of the suite sees the use
+        # after free itself).
+        p = gw.sh(f"python3 {c} 1000", "--policy", str(policy), policy=False, timeout=120,
+                  env={"MALLOC_CHECK_": "3"})
+        err = p.stderr.decode()
+        assert "held 1000" in p.stdout.decode(), err[-2000:]
+        for bad in ("Assertion", "corrupted", "double free", "Segmentation", "AddressSanitizer"):
+            assert bad not in err, err[-2000:]
+        audit = gw.audit()
+        timeouts = [l for l in audit if l["status"] == 408]
+        assert timeouts and "repeated" in audit[-1], audit[-3:]
