@@ -154,7 +154,11 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		c->cssl = ssl;
 		c->ctls = true;
 		bufferevent_setcb(tls, gw_client_read_cb, gw_client_write_cb, gw_client_event_cb, c);
-		gw_watch_output(e, tls);
+		c->w_tls = gw_watch_output(c->s, tls);
+		if (!c->w_tls) {
+			gw_conn_free(c);
+			return;
+		}
 		bufferevent_setwatermark(tls, EV_WRITE, CONN_HIGH_WATER / 2, 0);
 		bufferevent_setwatermark(tls, EV_READ, 0, CONN_HIGH_WATER);
 		bufferevent_enable(tls, EV_READ | EV_WRITE);
@@ -584,8 +588,14 @@ void gw_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 	for (int i = 0; i < 3; i++)
 		if (s->listeners[i] == l)
 			kind = (enum conn_kind)i;
-	if (s->n_conns >= MAX_CONNS_PER_SANDBOX) {
+	if (s->n_conns >= e->cfg->max_conns) {
 		close(fd);
+		/* Counted, not repeated (audit.c), like any identical denial. */
+		struct gw_audit_rec r = { .kind = "tcp", .decision = "deny",
+					  .reason = "too many connections from this sandbox "
+						    "(limits: connections)",
+					  .generation = e->policy ? e->policy->generation : 0 };
+		gw_audit_write(s, &r);
 		return;
 	}
 	struct conn *c = calloc(1, sizeof(*c));
@@ -630,7 +640,11 @@ void gw_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	bufferevent_setcb(c->cbev, gw_client_read_cb, gw_client_write_cb, gw_client_event_cb, c);
-	gw_watch_output(e, c->cbev);
+	c->w_client = gw_watch_output(s, c->cbev);
+	if (!c->w_client) {
+		gw_conn_free(c);
+		return;
+	}
 	struct timeval wt = gw_ms_tv(CLIENT_WRITE_MS);
 	bufferevent_set_timeouts(c->cbev, NULL, &wt);
 	bufferevent_setwatermark(c->cbev, EV_WRITE, CONN_HIGH_WATER / 2, 0);

@@ -43,62 +43,109 @@ static const char *status_text(int status)
 	}
 }
 
-/* ---- global budget: every output buffer reports what it holds ---- */
+/* ---- budgets: every output buffer reports what it holds ---- */
 
-static void budget_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *ud)
+static void unpause(struct conn *list)
 {
-	struct gw_engine *e = ud;
-	e->queued += info->n_added;
-	e->queued -= info->n_deleted <= e->queued ? info->n_deleted : e->queued;
-	if (e->paused && e->queued < GLOBAL_BUDGET / 2) {
-		struct conn *list = e->paused;
-		e->paused = NULL;
-		for (struct conn *c = list, *n; c; c = n) {
-			n = c->paused_next;
-			c->paused = false;
-			c->paused_next = NULL;
-			if (c->cbev)
-				bufferevent_enable(c->cbev, EV_READ);
-			if (c->ubev)
-				bufferevent_enable(c->ubev, EV_READ);
-			/* From the loop, not from inside this buffer's callback. */
-			event_active(c->kick_up, EV_TIMEOUT, 0);
-			event_active(c->kick_client, EV_TIMEOUT, 0);
-		}
+	for (struct conn *c = list, *n; c; c = n) {
+		n = c->paused_next;
+		c->paused = 0;
+		c->paused_next = NULL;
+		if (c->cbev)
+			bufferevent_enable(c->cbev, EV_READ);
+		if (c->ubev && !c->up_gone)
+			bufferevent_enable(c->ubev, EV_READ);
+		/* From the loop, not from inside this buffer's callback. */
+		event_active(c->kick_up, EV_TIMEOUT, 0);
+		event_active(c->kick_client, EV_TIMEOUT, 0);
 	}
 }
 
-/* Frees a bufferevent after emptying its output buffers, so the budget
- * hears of the bytes that go with it. */
+static void budget_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *ud)
+{
+	struct gw_watch *w = ud;
+	struct gw_sbx *s = w->s;
+	struct gw_engine *e = s->e;
+	w->counted += info->n_added;
+	e->queued += info->n_added;
+	s->queued += info->n_added;
+	uint64_t gone = info->n_deleted <= w->counted ? info->n_deleted : w->counted;
+	w->counted -= gone;
+	e->queued -= gone <= e->queued ? gone : e->queued;
+	s->queued -= gone <= s->queued ? gone : s->queued;
+	if (e->paused && e->queued < GLOBAL_BUDGET / 2) {
+		struct conn *list = e->paused;
+		e->paused = NULL;
+		unpause(list);
+	}
+	if (s->paused && s->queued < e->cfg->buffer_max / 2) {
+		struct conn *list = s->paused;
+		s->paused = NULL;
+		unpause(list);
+	}
+}
+
+struct gw_watch *gw_watch_output(struct gw_sbx *s, struct bufferevent *bev)
+{
+	struct gw_watch *w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->s = s;
+	w->buf = bufferevent_get_output(bev);
+	w->ent = evbuffer_add_cb(w->buf, budget_cb, w);
+	if (!w->ent) {
+		free(w);
+		return NULL;
+	}
+	return w;
+}
+
+void gw_unwatch(struct gw_watch *w)
+{
+	if (!w)
+		return;
+	struct gw_sbx *s = w->s;
+	struct gw_engine *e = s->e;
+	evbuffer_remove_cb_entry(w->buf, w->ent);
+	e->queued -= w->counted <= e->queued ? w->counted : e->queued;
+	s->queued -= w->counted <= s->queued ? w->counted : s->queued;
+	free(w);
+}
+
+/* Frees a bufferevent (its buffers unwatched by the caller first). */
 void gw_bev_free(struct bufferevent *bev)
 {
-	if (!bev)
-		return;
-	struct bufferevent *under = bufferevent_get_underlying(bev);
-	struct evbuffer *out = bufferevent_get_output(bev);
-	evbuffer_drain(out, evbuffer_get_length(out));
-	if (under) {
-		out = bufferevent_get_output(under);
-		evbuffer_drain(out, evbuffer_get_length(out));
-	}
-	bufferevent_free(bev);
+	if (bev)
+		bufferevent_free(bev);
 }
 
 bool gw_over_budget(struct conn *c)
 {
+	struct gw_sbx *s = c->s;
+	if (s->queued >= c->e->cfg->buffer_max) {
+		if (!c->paused) {
+			c->paused = 2;
+			c->paused_next = s->paused;
+			s->paused = c;
+		}
+		return true;
+	}
 	if (c->e->queued < GLOBAL_BUDGET)
 		return false;
 	if (!c->paused) {
-		c->paused = true;
+		c->paused = 1;
 		c->paused_next = c->e->paused;
 		c->e->paused = c;
 	}
 	return true;
 }
 
-void gw_watch_output(struct gw_engine *e, struct bufferevent *bev)
+void gw_up_free(struct conn *c)
 {
-	evbuffer_add_cb(bufferevent_get_output(bev), budget_cb, e);
+	gw_unwatch(c->w_up);
+	c->w_up = NULL;
+	gw_bev_free(c->ubev);
+	c->ubev = NULL;
 }
 
 /* ---- responses of our own ---- */
@@ -316,7 +363,8 @@ void gw_conn_free(struct conn *c)
 		return;
 	}
 	if (c->paused) {
-		for (struct conn **pp = &c->e->paused; *pp; pp = &(*pp)->paused_next)
+		struct conn **head = c->paused == 1 ? &c->e->paused : &s->paused;
+		for (struct conn **pp = head; *pp; pp = &(*pp)->paused_next)
 			if (*pp == c) {
 				*pp = c->paused_next;
 				break;
@@ -325,6 +373,9 @@ void gw_conn_free(struct conn *c)
 	if (c->dns_req)
 		evdns_getaddrinfo_cancel(c->dns_req);
 	gw_release_upstream(c);
+	gw_unwatch(c->w_tls);
+	gw_unwatch(c->w_client);
+	c->w_tls = c->w_client = NULL;
 	gw_bev_free(c->cbev);
 	if (c->timer)
 		event_free(c->timer);

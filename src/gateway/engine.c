@@ -186,7 +186,6 @@ static int set_policy(struct gw_engine *e, const uint8_t *text, size_t len, uint
 	if (r < 0)
 		return r;
 	gw_policy_free(e->owned_policy);
-	free(e->own);
 	e->owned_policy = p;
 	e->policy = p;
 	*ret_gen = gen;
@@ -417,6 +416,7 @@ void gw_engine_free(struct gw_engine *e)
 	gw_vault_free(e->vault);
 	gw_ca_free(e->ca);
 	gw_policy_free(e->owned_policy);
+	free(e->own);
 	free(e->bundle);
 	free(e);
 }

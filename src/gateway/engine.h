@@ -35,7 +35,6 @@
 
 #define CONN_HIGH_WATER (256 * 1024)  /* per direction, then the other side pauses */
 #define GLOBAL_BUDGET (64ull << 20)   /* bytes queued in all output buffers */
-#define MAX_CONNS_PER_SANDBOX 4096
 /* Timeouts come from the configuration (limits:, see config.c). */
 #define HEAD_DEADLINE_MS (c->e->cfg->head_ms)
 #define IDLE_TIMEOUT_MS (c->e->cfg->idle_ms)
@@ -132,15 +131,32 @@ struct gw_sbx {
 	struct evconnlistener *control; /* root's socket for policy changes */
 	struct conn *conns;
 	size_t n_conns;
+	uint64_t queued;     /* bytes in this sandbox's output buffers */
+	struct conn *paused; /* its connections waiting for its own budget */
 	struct pooled *pool; /* idle upstream connections, this sandbox's only */
 	size_t n_pool;
 	struct gw_sbx *next;
+};
+
+/*
+ * An output buffer whose bytes count against the budgets (the engine's and
+ * its sandbox's). The record, not the connection, is the callback's
+ * argument, and it is unwatched (its count given back, the callback
+ * removed) before its buffer goes: libevent may run buffer callbacks
+ * deferred, after their owner is gone.
+ */
+struct gw_watch {
+	struct gw_sbx *s;
+	struct evbuffer *buf;
+	struct evbuffer_cb_entry *ent;
+	uint64_t counted; /* what this buffer holds, as reported so far */
 };
 
 /* An idle kept-alive upstream connection waiting for its next request. */
 struct pooled {
 	struct gw_sbx *s;
 	struct bufferevent *bev;
+	struct gw_watch *w;
 	char host[GW_HOST_MAX + 3];
 	uint16_t port;
 	bool tls;
@@ -162,7 +178,8 @@ struct conn {
 	struct gw_sbx *s;
 	struct conn *prev, *next;
 	struct conn *paused_next;
-	bool paused;
+	int paused; /* 0; 1: on the engine's list; 2: on its sandbox's */
+	struct gw_watch *w_client, *w_tls, *w_up; /* the budget's records */
 	enum conn_kind kind;
 	enum phase phase;
 	struct bufferevent *cbev;
@@ -243,7 +260,11 @@ void gw_timer_cb(evutil_socket_t fd, short what, void *ud);
 double gw_ms_since(const struct timespec *t0);
 void gw_bev_free(struct bufferevent *bev);
 bool gw_over_budget(struct conn *c);
-void gw_watch_output(struct gw_engine *e, struct bufferevent *bev);
+struct gw_watch *gw_watch_output(struct gw_sbx *s, struct bufferevent *bev);
+/* Gives back what the buffer counted and removes the callback; NULL is fine. */
+void gw_unwatch(struct gw_watch *w);
+/* Frees c's upstream connection (unwatched first); c->ubev is NULL after. */
+void gw_up_free(struct conn *c);
 void gw_flush_acc(struct conn *c);
 bool gw_client_flushed(struct conn *c);
 void gw_close_when_flushed(struct conn *c);

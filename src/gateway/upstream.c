@@ -38,6 +38,7 @@ void gw_pooled_free(struct pooled *p)
 			break;
 		}
 	s->n_pool--;
+	gw_unwatch(p->w);
 	gw_bev_free(p->bev);
 	free(p);
 }
@@ -60,17 +61,19 @@ void gw_release_upstream(struct conn *c)
 	struct bufferevent *bev = c->ubev;
 	if (!bev)
 		return;
-	c->ubev = NULL;
 	bool clean = c->up_reusable && c->up_connected && (c->resp_done || !c->method[0]) &&
 		     evbuffer_get_length(bufferevent_get_input(bev)) == 0 &&
 		     evbuffer_get_length(bufferevent_get_output(bev)) == 0;
 	struct pooled *p = clean && c->s->n_pool < POOL_MAX ? calloc(1, sizeof(*p)) : NULL;
 	if (!p) {
-		gw_bev_free(bev);
+		gw_up_free(c);
 		return;
 	}
+	c->ubev = NULL;
 	p->s = c->s;
 	p->bev = bev;
+	p->w = c->w_up;
+	c->w_up = NULL;
 	snprintf(p->host, sizeof(p->host), "%s", c->up_host);
 	p->port = c->up_port;
 	p->tls = c->up_tls;
@@ -83,13 +86,16 @@ void gw_release_upstream(struct conn *c)
 	bufferevent_enable(bev, EV_READ);
 }
 
-/* An idle upstream connection to host:port, taken out of the pool. */
-static struct bufferevent *pool_take(struct gw_sbx *s, const char *host, uint16_t port, bool tls)
+/* An idle upstream connection to host:port, taken out of the pool (with
+ * its budget record, into *ret_w). */
+static struct bufferevent *pool_take(struct gw_sbx *s, const char *host, uint16_t port, bool tls,
+				     struct gw_watch **ret_w)
 {
 	for (struct pooled *p = s->pool; p; p = p->next)
 		if (p->port == port && p->tls == tls && strcmp(p->host, host) == 0) {
 			struct bufferevent *bev = p->bev;
 			p->bev = NULL;
+			*ret_w = p->w;
 			for (struct pooled **pp = &s->pool; *pp; pp = &(*pp)->next)
 				if (*pp == p) {
 					*pp = p->next;
@@ -421,7 +427,13 @@ static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_
 	}
 	c->up_connected = false;
 	bufferevent_setcb(c->ubev, up_read_cb, up_write_cb, up_event_cb, c);
-	gw_watch_output(e, c->ubev);
+	c->w_up = gw_watch_output(c->s, c->ubev);
+	if (!c->w_up) {
+		gw_bev_free(c->ubev);
+		c->ubev = NULL;
+		gw_respond_error(c, 502, "out of memory", false);
+		return;
+	}
 	struct timeval rt = gw_ms_tv(UPSTREAM_IDLE_MS), wt = gw_ms_tv(UPSTREAM_CONNECT_MS);
 	bufferevent_set_timeouts(c->ubev, &rt, &wt);
 	bufferevent_setwatermark(c->ubev, EV_WRITE, CONN_HIGH_WATER / 2, 0);
@@ -470,19 +482,19 @@ void gw_upstream_start(struct conn *c)
 		gw_process_client(c);
 		return;
 	}
-	if (c->ubev) {
-		gw_bev_free(c->ubev);
-		c->ubev = NULL;
-	}
+	if (c->ubev)
+		gw_up_free(c);
 	snprintf(c->up_host, sizeof(c->up_host), "%s", c->host);
 	c->up_port = c->port;
 	c->up_tls = c->ctls;
 	c->up_reusable = false;
 	/* An idle connection to the same upstream, left by an earlier client
 	 * connection of this sandbox: no new TCP or TLS handshake. */
-	struct bufferevent *pooled = pool_take(c->s, c->host, c->port, c->ctls);
+	struct gw_watch *pw = NULL;
+	struct bufferevent *pooled = pool_take(c->s, c->host, c->port, c->ctls, &pw);
 	if (pooled) {
 		c->ubev = pooled;
+		c->w_up = pw;
 		c->up_connected = true;
 		c->up_reusable = true;
 		bufferevent_setcb(pooled, up_read_cb, up_write_cb, up_event_cb, c);
@@ -588,8 +600,7 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 	}
 	if (c->phase == P_FORWARD && !c->resp_head_done && c->reused && c->retry &&
 	    evbuffer_get_length(c->retry) > 0 && evbuffer_get_length(bufferevent_get_input(bev)) == 0) {
-		gw_bev_free(c->ubev);
-		c->ubev = NULL;
+		gw_up_free(c);
 		c->up_reusable = c->reused = false;
 		evbuffer_add_buffer(c->pending, c->retry);
 		gw_upstream_start(c);
@@ -611,12 +622,10 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 		else
 			snprintf(why, sizeof(why), "the upstream closed the connection");
 		ERR_clear_error();
-		gw_bev_free(c->ubev);
-		c->ubev = NULL;
+		gw_up_free(c);
 		gw_respond_error(c, what & BEV_EVENT_TIMEOUT ? 504 : 502, why, false);
 		return;
 	}
 	/* An idle kept-alive upstream went away: forget it. */
-	gw_bev_free(c->ubev);
-	c->ubev = NULL;
+	gw_up_free(c);
 }

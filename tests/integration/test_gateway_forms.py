@@ -13,6 +13,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -571,7 +572,10 @@ for i in range(int(sys.argv[1])):
     s.sendall(b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
     buf = b""
     while b"\r\n\r\n" not in buf:
-        buf += s.recv(1)
+        c = s.recv(1)
+        if not c:
+            sys.exit(f"connection {i} closed by the gateway")
+        buf += c
     s = ctx.wrap_socket(s, server_hostname="api.example.test")
     s.sendall(b"GET /v1/unfinished HTTP/1.1\r\nHost: api.example.test\r\nX-A: ")
     held.append(s)
@@ -587,7 +591,8 @@ def test_unfinished_heads_then_sandbox_exit(gw, ups, tmp_path):
     corruption, a libevent assertion). It must shut down in order: the
     last audit line is the summary it writes when the sandbox goes."""
     policy = tmp_path / "p.yaml"
-    policy.write_text(open(gw.files["policy"]).read() + "limits:\n  head_timeout: 1s\n")
+    policy.write_text(open(gw.files["policy"]).read() +
+                      "limits:\n  head_timeout: 1s\n  connections: 1024\n")
     c = gw.script("heads.py", UNFINISHED_HEADS)
     for _ in range(3):
         gw.audit_path.unlink(missing_ok=True)
@@ -602,3 +607,77 @@ def test_unfinished_heads_then_sandbox_exit(gw, ups, tmp_path):
         audit = gw.audit()
         timeouts = [l for l in audit if l["status"] == 408]
         assert timeouts and "repeated" in audit[-1], audit[-3:]
+
+
+HOLD = r"""
+import os, socket, ssl, sys, time
+ctx = ssl.create_default_context()
+held, refused = [], 0
+for i in range(int(sys.argv[1])):
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+        s.sendall(b"CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n")
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            c = s.recv(1)
+            if not c:
+                raise ConnectionError("closed")
+            buf += c
+        s = ctx.wrap_socket(s, server_hostname="api.example.test")
+        s.sendall(b"GET /v1/x HTTP/1.1\r\nHost: api.example.test\r\nX-A: ")
+        held.append(s)
+    except (ConnectionError, OSError, ssl.SSLError):
+        refused += 1
+open("/workspace/holding.tmp", "w").write(f"{len(held)} {refused}")
+os.rename("/workspace/holding.tmp", "/workspace/holding")
+while not os.path.exists("/workspace/release"):
+    time.sleep(0.05)
+"""
+
+
+def children(pid):
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+                if int(st.rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def test_a_sandbox_bounds_what_the_gateway_holds_for_it(gw, ups):
+    """A sandbox limited to 64 MiB opens 1500 intercepted connections and
+    holds them: the gateway serves the first 512 (limits: connections),
+    refuses the rest, audits that once, and holds less memory for the
+    sandbox than the sandbox itself may use (it used to hold some 290 MiB
+    for 4,090 such connections, counted by no limit)."""
+    c = gw.script("hold.py", HOLD)
+    args = [gw.airlock.bin, "sandbox", "run", *gw.base(), "--memory", "64M", "--",
+            "python3", c, "1500"]
+    p = subprocess.Popen(args, env=gw.airlock.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        holding = gw.ws / "holding"
+        deadline = time.monotonic() + 120
+        while not holding.exists():
+            assert p.poll() is None, p.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the sandbox never held its connections"
+            time.sleep(0.1)
+        held, refused = map(int, holding.read_text().split())
+        gws = [q for q in children(p.pid) if open(f"/proc/{q}/comm").read().strip() == "airlock-gw"]
+        assert len(gws) == 1, gws
+        with open(f"/proc/{gws[0]}/status") as f:
+            rss_kib = int([l for l in f if l.startswith("VmRSS:")][0].split()[1])
+    finally:
+        (gw.ws / "release").touch()
+        out, err = p.communicate(timeout=60)
+    assert (held, refused) == (512, 988), (held, refused)
+    assert rss_kib < 64 * 1024, f"the gateway holds {rss_kib} KiB for a 64 MiB sandbox"
+    print(f"gateway RSS with 512 held TLS connections: {rss_kib} KiB")
+    tcp = [l for l in gw.audit() if l["kind"] == "tcp"]
+    assert sum(l.get("repeated", 1) for l in tcp) == 988, tcp
+    assert all("limits: connections" in l["reason"] for l in tcp), tcp
