@@ -208,6 +208,7 @@ int cmd_gateway(int argc, char **argv)
 
 	struct gw_options gopts;
 	cli_gw_fill(&g, mode, "standalone", &gopts);
+	gopts.many_clients = true;
 	struct al_error err = { 0 };
 	struct gw_config *cfg = NULL;
 	r = gw_config_build(&gopts, &cfg, &err);

@@ -161,6 +161,7 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		}
 		bufferevent_setwatermark(tls, EV_WRITE, CONN_HIGH_WATER / 2, 0);
 		bufferevent_setwatermark(tls, EV_READ, 0, CONN_HIGH_WATER);
+		bufferevent_set_max_single_read(tls, READ_SMALL);
 		bufferevent_enable(tls, EV_READ | EV_WRITE);
 		c->phase = P_HEAD;
 		gw_arm_timer(c, IDLE_TIMEOUT_MS);
@@ -280,6 +281,8 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 	evbuffer_drain(in, req->head_len);
 	if (c->req_body == GW_BODY_NONE || (c->req_body == GW_BODY_LENGTH && c->req_left == 0))
 		c->req_done = true;
+	else if (c->ctls)
+		bufferevent_set_max_single_read(c->cbev, READ_LARGE); /* a body follows */
 	gw_upstream_start(c);
 }
 
@@ -649,6 +652,8 @@ void gw_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 	bufferevent_set_timeouts(c->cbev, NULL, &wt);
 	bufferevent_setwatermark(c->cbev, EV_WRITE, CONN_HIGH_WATER / 2, 0);
 	bufferevent_setwatermark(c->cbev, EV_READ, 0, CONN_HIGH_WATER);
+	if (c->ctls)
+		bufferevent_set_max_single_read(c->cbev, READ_SMALL);
 	bufferevent_enable(c->cbev, EV_READ | EV_WRITE);
 	gw_reset_request(c);
 	gw_arm_timer(c, IDLE_TIMEOUT_MS);

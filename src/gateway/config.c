@@ -507,7 +507,7 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 	cfg->upstream_ms = 300 * 1000;
 	cfg->write_ms = 60 * 1000;
 	cfg->audit_max = GW_DEFAULT_AUDIT_MAX;
-	cfg->max_conns = GW_DEFAULT_CONNECTIONS;
+	cfg->max_conns = o->many_clients ? GW_MAX_CONNECTIONS : GW_DEFAULT_CONNECTIONS;
 	cfg->buffer_max = GW_DEFAULT_BUFFERS;
 	snprintf(cfg->label, sizeof(cfg->label), "%s", o->label ? o->label : "airlock");
 	int rc;

@@ -275,6 +275,8 @@ void gw_reset_request(struct conn *c)
 	c->dec_step = 0;
 	c->wire_done = false;
 	c->up_gone = 0;
+	if (c->ctls && c->cbev)
+		bufferevent_set_max_single_read(c->cbev, READ_SMALL); /* waiting for a head */
 	gw_ws_free(c->ws);
 	c->ws = NULL;
 	c->rechunk = c->unframed = c->close_after = c->reused = false;

@@ -34,6 +34,15 @@
 #include "gateway/internal.h"
 
 #define CONN_HIGH_WATER (256 * 1024)  /* per direction, then the other side pauses */
+/*
+ * How much a TLS bufferevent reads at a time. libevent reserves that much
+ * in its input buffer before each read and keeps the reservation while the
+ * connection waits (an empty buffer it cannot release), so a connection
+ * waiting for a request head, or an idle pooled upstream, reads a little;
+ * one moving a body reads a lot.
+ */
+#define READ_SMALL 1024
+#define READ_LARGE (16 * 1024)
 #define GLOBAL_BUDGET (64ull << 20)   /* bytes queued in all output buffers */
 /* Timeouts come from the configuration (limits:, see config.c). */
 #define HEAD_DEADLINE_MS (c->e->cfg->head_ms)

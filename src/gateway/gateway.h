@@ -54,6 +54,8 @@ struct gw_options {
 	char *const *upstream_cas;     /* --upstream-ca FILE (PEM) */
 	size_t n_upstream_cas;
 	const char *vault_file;        /* NULL: no credentials */
+	bool many_clients;             /* `airlock gateway`: one listener for a whole host, so
+					* limits.connections defaults to its maximum */
 };
 
 struct gw_config; /* opaque: parsed policy, credentials, overrides, CA files */

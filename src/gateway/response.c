@@ -162,6 +162,11 @@ static void finish_exchange(struct conn *c)
 		return;
 	}
 	c->phase = P_HEAD;
+	/* The upstream connection waits in the sandbox's pool, not on this
+	 * client connection: an idle client connection holds no upstream TLS
+	 * state, and the next request takes it back (or another client does). */
+	if (evbuffer_get_length(bufferevent_get_input(c->cbev)) == 0)
+		gw_release_upstream(c);
 	gw_reset_request(c);
 	gw_arm_timer(c, IDLE_TIMEOUT_MS);
 	gw_process_client(c);
@@ -330,6 +335,8 @@ static bool response_head(struct conn *c, struct evbuffer *in)
 		gw_audit(c, "allow");
 		c->phase = P_TUNNEL;
 		bufferevent_set_timeouts(c->ubev, NULL, NULL);
+		if (c->ctls)
+			bufferevent_set_max_single_read(c->cbev, READ_LARGE);
 		bufferevent_enable(c->cbev, EV_READ);
 		return true;
 	}

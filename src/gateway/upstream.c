@@ -81,6 +81,8 @@ void gw_release_upstream(struct conn *c)
 	c->s->pool = p;
 	c->s->n_pool++;
 	bufferevent_setcb(bev, pooled_read_cb, NULL, pooled_event_cb, p);
+	if (p->tls)
+		bufferevent_set_max_single_read(bev, READ_SMALL);
 	struct timeval rt = { .tv_sec = POOL_IDLE_S };
 	bufferevent_set_timeouts(bev, &rt, NULL);
 	bufferevent_enable(bev, EV_READ);
@@ -495,6 +497,8 @@ void gw_upstream_start(struct conn *c)
 	if (pooled) {
 		c->ubev = pooled;
 		c->w_up = pw;
+		if (c->ctls)
+			bufferevent_set_max_single_read(pooled, READ_LARGE);
 		c->up_connected = true;
 		c->up_reusable = true;
 		bufferevent_setcb(pooled, up_read_cb, up_write_cb, up_event_cb, c);
