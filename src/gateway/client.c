@@ -221,6 +221,9 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 	}
 	size_t qoff;
 	int pr = gw_path_canonical(req->path.p, req->path.len, canon, GW_PATH_MAX + 1, &qoff);
+	if (pr == -EINVAL && !gw_decision_uses_path(cfg, e->policy, c->host, port))
+		pr = gw_path_canonical_opts(req->path.p, req->path.len, canon, GW_PATH_MAX + 1,
+					    &qoff, GW_PATH_ENCODED_SLASH);
 	if (pr < 0) {
 		free(canon);
 		note_refused_head(c, req);

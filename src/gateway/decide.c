@@ -88,3 +88,17 @@ void gw_decide_request(const struct gw_config *cfg, const struct gw_policy *poli
 	/* Never in clear text. */
 	ret->cred = rq->tls ? cred : NULL;
 }
+
+bool gw_decision_uses_path(const struct gw_config *cfg, const struct gw_policy *policy,
+			   const char *host, uint16_t port)
+{
+	if (cfg->mode != GW_MODE_OPEN && gw_policy_paths_matter(policy, host, port))
+		return true;
+	for (size_t i = 0; i < cfg->n_creds; i++) {
+		const struct gw_cred *cr = &cfg->creds[i];
+		if (gw_host_pattern_matches(cr->host, cr->wildcard, host) &&
+		    (!cr->port || cr->port == port) && (cr->n_paths || cr->github))
+			return true;
+	}
+	return false;
+}

@@ -45,6 +45,16 @@ struct gw_request_facts {
 void gw_decide_request(const struct gw_config *cfg, const struct gw_policy *policy,
 		       const struct gw_request_facts *rq, struct gw_verdict *ret);
 
+/*
+ * Whether a request's path can change its decision: a rule for the host
+ * names paths (restricted mode), or a credential for it is scoped by path
+ * or to GitHub repositories. Where it cannot, a path that servers may read
+ * two ways (an encoded '/', as npm's scoped packages are named) fools
+ * nothing, and is passed on.
+ */
+bool gw_decision_uses_path(const struct gw_config *cfg, const struct gw_policy *policy,
+			   const char *host, uint16_t port);
+
 /* The first credential whose scope (host, port, path prefixes) matches. */
 const struct gw_cred *gw_find_cred(const struct gw_config *cfg, const char *host, uint16_t port,
 				   const char *path);

@@ -129,6 +129,12 @@ static bool is_ambiguous_escape(const char *s)
 
 int gw_path_canonical(const char *target, size_t len, char *out, size_t out_size, size_t *ret_query)
 {
+	return gw_path_canonical_opts(target, len, out, out_size, ret_query, 0);
+}
+
+int gw_path_canonical_opts(const char *target, size_t len, char *out, size_t out_size,
+			   size_t *ret_query, unsigned flags)
+{
 	static const char hex[] = "0123456789ABCDEF";
 	/* Decoding only shrinks, so the result always fits this. */
 	char canon[GW_PATH_MAX + 1];
@@ -158,7 +164,8 @@ int gw_path_canonical(const char *target, size_t len, char *out, size_t out_size
 			seg = n;
 		} else if (c == '%') {
 			int v = query - i > 2 ? hex_pair(target + i + 1) : -1;
-			if (v < 0 || v == 0 || v == '/' || v == '\\')
+			if (v < 0 || v == 0 || v == '\\' ||
+			    (v == '/' && !(flags & GW_PATH_ENCODED_SLASH)))
 				return -EINVAL;
 			i += 2;
 			if (is_unreserved((unsigned char)v)) {

@@ -39,6 +39,14 @@
 int gw_path_canonical(const char *target, size_t len, char *out, size_t out_size,
 		      size_t *ret_query);
 
+/* The same, where GW_PATH_ENCODED_SLASH lets an encoded '/' (%2F, either
+ * case) stand inside a segment, kept as "%2F": for requests whose decision
+ * does not depend on the path (gw_decision_uses_path). Everything else
+ * ambiguous is still refused, "%252F" included. */
+#define GW_PATH_ENCODED_SLASH 1u
+int gw_path_canonical_opts(const char *target, size_t len, char *out, size_t out_size,
+			   size_t *ret_query, unsigned flags);
+
 /*
  * True when path (canonical) equals prefix or continues it at a segment
  * boundary: "/a/b" matches prefixes "/", "/a", "/a/" and "/a/b", never

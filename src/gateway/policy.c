@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
+#include "gateway/internal.h"
 #include "gateway/policy.h"
 
 #include <arpa/inet.h>
@@ -425,16 +426,11 @@ int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
 	return 0;
 }
 
+/* "*.example.com": a.example.com, a.b.example.com; never example.com,
+ * never a.example.com.evil.net, never an IP literal. */
 static bool host_matches(const struct gw_rule *r, const char *host)
 {
-	if (!r->wildcard)
-		return strcmp(r->host, host) == 0;
-	/* "*.example.com": a.example.com, a.b.example.com; never example.com,
-	 * never a.example.com.evil.net, never an IP literal. */
-	if (host[0] == '[')
-		return false;
-	size_t hl = strlen(host), sl = strlen(r->host);
-	return hl > sl + 1 && host[hl - sl - 1] == '.' && strcmp(host + hl - sl, r->host) == 0;
+	return gw_host_pattern_matches(r->host, r->wildcard, host);
 }
 
 static bool rule_matches(const struct gw_rule *r, const char *method, const char *host,
@@ -489,6 +485,16 @@ void gw_policy_decide(const struct gw_policy *p, const char *method, const char 
 			return;
 		}
 	}
+}
+
+bool gw_policy_paths_matter(const struct gw_policy *p, const char *host, uint16_t port)
+{
+	for (size_t i = 0; p && i < p->n_rules; i++) {
+		const struct gw_rule *r = &p->rules[i];
+		if (r->n_paths && host_matches(r, host) && (!r->port || r->port == port))
+			return true;
+	}
+	return false;
 }
 
 bool gw_policy_host_may_allow(const struct gw_policy *p, const char *host, uint16_t port)

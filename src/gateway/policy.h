@@ -89,6 +89,10 @@ int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
  * For the DNS stub's answers and for refusing a CONNECT early. */
 bool gw_policy_host_may_allow(const struct gw_policy *p, const char *host, uint16_t port);
 
+/* Whether some rule for host (and port) names paths, allow or deny: then
+ * a request's path decides, and must be unambiguous. */
+bool gw_policy_paths_matter(const struct gw_policy *p, const char *host, uint16_t port);
+
 /*
  * Decides a request. host must be normalized (gw_host_normalize) and path
  * canonical (gw_path_canonical); method is the request's method token.

@@ -681,3 +681,47 @@ def test_a_sandbox_bounds_what_the_gateway_holds_for_it(gw, ups):
     tcp = [l for l in gw.audit() if l["kind"] == "tcp"]
     assert sum(l.get("repeated", 1) for l in tcp) == 988, tcp
     assert all("limits: connections" in l["reason"] for l in tcp), tcp
+
+
+# ---------------------------------------------------------------------------
+# A real npm install of a scoped package through the gateway.
+
+def registry_addresses():
+    import socket
+    try:
+        return sorted({ai[4][0] for ai in socket.getaddrinfo("registry.npmjs.org", 443,
+                                                            type=socket.SOCK_STREAM)})
+    except OSError:
+        return []
+
+
+def test_npm_installs_a_scoped_package(airlock, workspace, tmp_path):
+    """npm names scoped packages "@scope%2fname": an encoded '/'. Refused
+    where a path decides something; a host-only rule has nothing to fool,
+    so the request goes on (the encoding kept), and npm installs."""
+    if not shutil.which("npm"):
+        pytest.skip("npm is not installed here")
+    addrs = registry_addresses()
+    if not addrs:
+        pytest.skip("registry.npmjs.org does not resolve from this host")
+    # The registry may resolve to addresses the vetting refuses on test
+    # machines; production hosts see public ones. Either way: listed.
+    cidrs = ", ".join(f"'{a}/{32 if ':' not in a else 128}'" for a in addrs)
+    policy = tmp_path / "npm.yaml"
+    policy.write_text(f"rules:\n  - id: npm\n    host: registry.npmjs.org\nallow_cidrs: [{cidrs}]\n")
+    audit = tmp_path / "audit.jsonl"
+    p = airlock.run("--policy", str(policy), "--audit", str(audit), "--workspace", str(workspace),
+                    "--", "/bin/sh", "-c",
+                    "cd /workspace && npm install --no-audit --no-fund --no-update-notifier "
+                    "--cache /tmp/npm-cache @types/ms && cat node_modules/@types/ms/package.json",
+                    timeout=300)
+    out, err = p.stdout.decode(), p.stderr.decode()
+    if p.returncode != 0 and ("ECONNREFUSED" in err or "ETIMEDOUT" in err or "EAI_AGAIN" in err):
+        lines = [json.loads(l) for l in audit.read_text().splitlines()] if audit.exists() else []
+        if not any(l.get("status") == 200 for l in lines):
+            pytest.skip(f"the npm registry is not reachable from this host: {err[-300:]}")
+    assert p.returncode == 0, (out[-1000:], err[-2000:])
+    assert '"name": "@types/ms"' in out, out[-1000:]
+    lines = [json.loads(l) for l in audit.read_text().splitlines()]
+    scoped = [l for l in lines if l.get("path", "") and "%2F" in l["path"]]
+    assert scoped and all(l["status"] == 200 for l in scoped), scoped

@@ -237,6 +237,23 @@ static void test_open_mode(void **state)
 	gw_config_free(cfg);
 }
 
+/* Where the path cannot change a decision, an ambiguous one fools nothing. */
+static void test_decision_uses_path(void **state)
+{
+	struct gw_config *cfg = config(GW_MODE_RESTRICTED, NULL, 0);
+	assert_true(gw_decision_uses_path(cfg, cfg->policy, "api.anthropic.com", 443)); /* rule paths */
+	assert_true(gw_decision_uses_path(cfg, cfg->policy, "a.example.com", 443));     /* a deny's */
+	assert_true(gw_decision_uses_path(cfg, cfg->policy, "api.github.com", 443));     /* GitHub */
+	assert_true(gw_decision_uses_path(cfg, cfg->policy, "github.com", 443));
+	assert_false(gw_decision_uses_path(cfg, cfg->policy, "unknown.test", 443));
+	gw_config_free(cfg);
+	cfg = config(GW_MODE_OPEN, NULL, 0);
+	/* Under open only credentials scope paths. */
+	assert_false(gw_decision_uses_path(cfg, cfg->policy, "a.example.com", 443));
+	assert_true(gw_decision_uses_path(cfg, cfg->policy, "api.anthropic.com", 443));
+	gw_config_free(cfg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -244,6 +261,7 @@ int main(void)
 		cmocka_unit_test(test_request_step),
 		cmocka_unit_test(test_github_grants),
 		cmocka_unit_test(test_open_mode),
+		cmocka_unit_test(test_decision_uses_path),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
