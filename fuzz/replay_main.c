@@ -3,7 +3,8 @@
  * Runs a fuzz driver over saved inputs without libFuzzer, so the corpora
  * are replayed by every build (and under the sanitizers when the build has
  * them). Arguments are files or directories (not recursive).
- * Exit status: 0 when every input ran, 1 when one could not be read.
+ * Exit status: 0 when every input ran, 1 when one could not be read or
+ * there was none at all (an empty or misplaced corpus checks nothing).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -101,5 +102,9 @@ int main(int argc, char **argv)
 			return 1;
 	}
 	printf("replay: %zu inputs ran\n", count);
+	if (count == 0) {
+		fprintf(stderr, "replay: no input: the corpus is empty, nothing was checked\n");
+		return 1;
+	}
 	return 0;
 }

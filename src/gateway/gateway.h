@@ -45,6 +45,8 @@ struct gw_options {
 	enum gw_mode mode;
 	const char *label;             /* sandbox id or "standalone": CA subject, audit lines */
 	const char *policy_file;       /* NULL: none (see docs/gateway.md) */
+	const char *policy_text;       /* or the same format in memory (policy_file NULL) */
+	size_t policy_len;
 	char *const *allow;            /* --allow RULE: HOST[:PORT][/PATH-PREFIX] */
 	size_t n_allow;
 	char *const *grants;           /* --grant github:OWNER/REPO */

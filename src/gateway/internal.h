@@ -102,7 +102,12 @@ int gw_config_check_vault(const struct gw_config *cfg, const struct gw_vault *v,
 int gw_config_add_secret_forms(const struct gw_config *cfg, struct gw_vault *v,
 			       struct al_error *err);
 
-/* proxy.c: the event loop serving sandboxes. */
+/* Adds every certificate of a PEM bundle (len bytes) to store; the number
+ * added. Anything that is not a PEM certificate ends the reading. */
+struct x509_store_st;
+int gw_store_add_pem(struct x509_store_st *store, const char *pem, size_t len);
+
+/* engine.c: the event loop serving sandboxes. */
 struct gw_engine;
 struct gw_engine_opts {
 	const struct gw_config *cfg;

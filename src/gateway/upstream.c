@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -376,19 +377,29 @@ void gw_upstream_sessions_free(struct gw_engine *e)
 			SSL_SESSION_free(e->sessions[i].sess);
 }
 
+int gw_store_add_pem(X509_STORE *store, const char *pem, size_t len)
+{
+	if (len > INT_MAX)
+		return -EFBIG;
+	BIO *bio = BIO_new_mem_buf(pem, (int)len);
+	if (!bio)
+		return -ENOMEM;
+	int n = 0;
+	X509 *x;
+	while ((x = PEM_read_bio_X509(bio, NULL, NULL, NULL))) {
+		if (X509_STORE_add_cert(store, x) == 1)
+			n++;
+		X509_free(x);
+	}
+	BIO_free(bio);
+	ERR_clear_error(); /* the end of the data reads as an error */
+	return n;
+}
+
 /* The system's trust anchors join the store when TLS upstream is first needed. */
 static void load_system_bundle(struct gw_engine *e)
 {
-	BIO *bio = BIO_new_mem_buf(e->bundle, (int)e->bundle_len);
-	if (bio) {
-		X509 *x;
-		while ((x = PEM_read_bio_X509(bio, NULL, NULL, NULL))) {
-			X509_STORE_add_cert(e->store, x);
-			X509_free(x);
-		}
-		BIO_free(bio);
-	}
-	ERR_clear_error(); /* the end of the data reads as an error */
+	(void)gw_store_add_pem(e->store, e->bundle, e->bundle_len);
 	free(e->bundle);
 	e->bundle = NULL;
 }

@@ -725,3 +725,52 @@ def test_npm_installs_a_scoped_package(airlock, workspace, tmp_path):
     lines = [json.loads(l) for l in audit.read_text().splitlines()]
     scoped = [l for l in lines if l.get("path", "") and "%2F" in l["path"]]
     assert scoped and all(l["status"] == 200 for l in scoped), scoped
+
+
+# ---------------------------------------------------------------------------
+# `airlock gateway`: the gateway alone, in front of any client on the host.
+
+def test_standalone_gateway(airlock, ups, gwfiles, tmp_path):
+    """The standalone gateway: drops root before serving, decides and
+    audits every request like a sandbox's, injects credentials, and stops
+    cleanly on SIGTERM."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    ca = tmp_path / "ca.pem"
+    audit = tmp_path / "audit.jsonl"
+    args = [airlock.bin, "gateway", "--listen", f"127.0.0.1:{port}", "--policy", gwfiles["policy"],
+            "--vault", gwfiles["vault"], "--ca-out", str(ca), "--audit", str(audit),
+            *ups.args(("api.example.test", "other.example.test"))]
+    p = subprocess.Popen(args, env=airlock.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not (ca.exists() and ca.stat().st_size > 0):
+            assert p.poll() is None, p.stderr.read().decode()
+            assert time.monotonic() < deadline, "the gateway did not start"
+            time.sleep(0.05)
+        # Serving: root is gone (its own uid, no capabilities).
+        with open(f"/proc/{p.pid}/status") as f:
+            st = dict(l.split(":", 1) for l in f if ":" in l)
+        assert st["Uid"].split()[0] != "0" and int(st["CapEff"].strip(), 16) == 0, st
+        r1, r2, r3 = rid(), rid(), rid()
+        base = ["curl", "-sS", "--max-time", "10", "-x", f"http://127.0.0.1:{port}", "--cacert",
+                str(ca), "-o", "/dev/null", "-w", "%{http_code} %{http_connect}\n"]
+        out = [subprocess.run(base + [u], capture_output=True, timeout=30).stdout.decode().strip()
+               for u in (f"https://api.example.test/v1/echo?rid={r1}",
+                         f"https://other.example.test/v1/echo?rid={r2}",
+                         f"https://api.example.test/admin?rid={r3}")]
+        assert out == ["200 200", "000 403", "403 200"], out
+        (rec,) = seen(ups, r1)
+        assert header(rec, "x-api-key") == [SECRET_API]
+        assert seen(ups, r2) == [] and seen(ups, r3) == []
+    finally:
+        p.terminate()
+        rc = p.wait(timeout=10)
+    assert rc == 0, p.stderr.read().decode()
+    lines = [json.loads(l) for l in audit.read_text().splitlines()]
+    assert [(l["host"], l["status"]) for l in lines if l["kind"] == "http"] == [
+        ("api.example.test", 200), ("other.example.test", 403), ("api.example.test", 403)], lines
+    assert SECRET_API not in audit.read_text()
