@@ -418,7 +418,7 @@ static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_
 		}
 		bool ip = c->up_host[0] == '[' || strspn(c->up_host, "0123456789.") == strlen(c->up_host);
 		if (ip) {
-			char lit[64];
+			char lit[GW_HOST_MAX + 3];
 			snprintf(lit, sizeof(lit), "%s", c->up_host[0] == '[' ? c->up_host + 1 : c->up_host);
 			char *rb = strchr(lit, ']');
 			if (rb)
@@ -527,7 +527,7 @@ void gw_upstream_start(struct conn *c)
 	struct sockaddr_storage ss = { 0 };
 	socklen_t sl = 0;
 	const struct gw_static_host *sh = gw_config_static_host(cfg, c->host);
-	char lit[80];
+	char lit[GW_HOST_MAX + 10];
 	if (sh) {
 		ss = sh->addr;
 		sl = sh->addr_len;
