@@ -20,11 +20,10 @@ build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 
 # Unit tests, the source check and the fuzz corpora (meson test), then the
-# integration tests; then all of it again built with ASan and UBSan.
+# integration tests; then all of it again built with ASan and UBSan. Every
+# stage runs whatever the others did; the last line adds them up.
 test: build
-	meson test -C $(BUILD) --print-errorlogs
-	AIRLOCK=$(abspath $(AIRLOCK)) $(PYTEST) -q tests/integration
-	$(MAKE) --no-print-directory asan
+	@PYTEST="$(PYTEST)" scripts/test.sh $(BUILD) $(ASAN_BUILD)
 
 unit: build
 	meson test -C $(BUILD) --print-errorlogs

@@ -535,6 +535,10 @@ int gw_serve_standalone(const struct gw_config *cfg, const char *listen_addr, co
 		rc = al_error_set(err, -ENOMEM, "cannot handle signals");
 	if (rc == 0) {
 		signal(SIGPIPE, SIG_IGN);
+		/* Ready, and nothing of root's left: a caller waiting for this
+		 * line may send requests. */
+		dprintf(2, "airlock gateway: listening on %s (HTTP proxy; clients trust %s)\n",
+			listen_addr, ca_out ? ca_out : "the CA it made");
 		rc = gw_engine_run(e);
 		if (rc < 0)
 			al_error_set(err, rc, "the event loop failed");

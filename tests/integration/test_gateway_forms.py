@@ -676,8 +676,13 @@ def test_a_sandbox_bounds_what_the_gateway_holds_for_it(gw, ups):
         (gw.ws / "release").touch()
         out, err = p.communicate(timeout=60)
     assert (held, refused) == (512, 988), (held, refused)
-    assert rss_kib < 64 * 1024, f"the gateway holds {rss_kib} KiB for a 64 MiB sandbox"
-    print(f"gateway RSS with 512 held TLS connections: {rss_kib} KiB")
+    if b"__asan_init" in open(gw.airlock.bin, "rb").read():
+        # ASan keeps freed memory in quarantine and maps shadow memory: the
+        # process's size says nothing of what the gateway holds.
+        print("built with AddressSanitizer: the gateway's memory is not measured")
+    else:
+        assert rss_kib < 64 * 1024, f"the gateway holds {rss_kib} KiB for a 64 MiB sandbox"
+        print(f"gateway RSS with 512 held TLS connections: {rss_kib} KiB")
     tcp = [l for l in gw.audit() if l["kind"] == "tcp"]
     assert sum(l.get("repeated", 1) for l in tcp) == 988, tcp
     assert all("limits: connections" in l["reason"] for l in tcp), tcp
@@ -746,11 +751,11 @@ def test_standalone_gateway(airlock, ups, gwfiles, tmp_path):
             *ups.args(("api.example.test", "other.example.test"))]
     p = subprocess.Popen(args, env=airlock.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 30
-        while not (ca.exists() and ca.stat().st_size > 0):
-            assert p.poll() is None, p.stderr.read().decode()
-            assert time.monotonic() < deadline, "the gateway did not start"
-            time.sleep(0.05)
+        # It says so once it listens with nothing of root's left.
+        line = p.stderr.readline().decode()
+        assert line == f"airlock gateway: listening on 127.0.0.1:{port} (HTTP proxy; clients " \
+                       f"trust {ca})\n", line
+        assert ca.stat().st_size > 0
         # Serving: root is gone (its own uid, no capabilities).
         with open(f"/proc/{p.pid}/status") as f:
             st = dict(l.split(":", 1) for l in f if ":" in l)

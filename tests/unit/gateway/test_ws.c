@@ -39,6 +39,8 @@ struct bytes {
 
 static void add(struct bytes *b, const void *p, size_t n)
 {
+	if (n == 0)
+		return;
 	if (b->len + n > b->cap) {
 		b->cap = (b->len + n) * 2 + 64;
 		b->p = realloc(b->p, b->cap);
