@@ -27,6 +27,9 @@ struct st_repo_opts {
 	const uint8_t *key;    /* HMAC key, >= ST_HMAC_KEY_MIN bytes */
 	size_t keylen;
 	int level;             /* zstd level; 0: 1 (fast; the store is a little larger than at 3) */
+	/* For the crash tests: a snapshot or commit dies (_exit(99)) at its
+	 * fault_step-th write step (docs/checkpoints.md); 0: never. */
+	int fault_step;
 };
 
 int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_error *err);
