@@ -56,6 +56,10 @@ static inline struct st_fault st_fault_start(const struct st_repo *r)
 
 void st_fault_point(struct st_fault *f);
 
+/* The error for a caller's path that open_no_symlinks (common/fdutil.h)
+ * refused or could not open: what it is, the path, and why. */
+int st_path_error(struct al_error *err, int r, const char *what, const char *path);
+
 bool st_session_valid(const char *s);
 bool st_id_valid(const char *id);
 int st_session_error(const char *session, struct al_error *err);

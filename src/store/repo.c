@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -49,6 +50,18 @@ void st_fault_point(struct st_fault *f)
 }
 
 /* ---- names ---- */
+
+int st_path_error(struct al_error *err, int r, const char *what, const char *path)
+{
+	if (r == -ELOOP)
+		return al_error_set(err, r,
+				    "%s %s: a symbolic link in the path is not followed (name the "
+				    "real path, with no link in any component)", what, path);
+	if (r == -EINVAL)
+		return al_error_set(err, r, "%s %s: not a path to a file or directory", what,
+				    path);
+	return al_error_set_errno(err, r, "%s %s", what, path);
+}
 
 bool st_session_valid(const char *s)
 {
@@ -165,12 +178,23 @@ void st_repo_close(struct st_repo *r)
 int st_key_load(const char *path, bool create, uint8_t **ret, size_t *ret_len,
 		struct al_error *err)
 {
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	/* The key's directory without following a link (a user who owns one
+	 * on the way cannot point it at a file of root's), then the key
+	 * relative to it. */
+	char name[NAME_MAX + 1];
+	bool dir_only = false;
+	_cleanup_close_ int dfd = open_parent_no_symlinks(AT_FDCWD, path, name, sizeof(name),
+							  &dir_only);
+	if (dfd < 0)
+		return st_path_error(err, dfd, "the key", path);
+	if (dir_only)
+		return al_error_set(err, -EISDIR, "the key %s: names a directory", path);
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0 && errno == ENOENT && create) {
 		uint8_t k[32];
 		if (getrandom(k, sizeof(k), 0) != (ssize_t)sizeof(k))
 			return al_error_set_errno(err, -EIO, "cannot make a key");
-		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 		int r = fd < 0 ? -errno : write_full(fd, k, sizeof(k));
 		if (fd >= 0 && r == 0 && fsync(fd) < 0)
 			r = -errno;
@@ -179,10 +203,10 @@ int st_key_load(const char *path, bool create, uint8_t **ret, size_t *ret_len,
 		explicit_bzero(k, sizeof(k));
 		if (r < 0)
 			return al_error_set_errno(err, r, "cannot write the key %s", path);
-		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+		fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	}
 	if (fd < 0)
-		return al_error_set_errno(err, -errno, "cannot open the key %s", path);
+		return st_path_error(err, -errno, "cannot open the key", path);
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) ||
 	    st.st_uid != geteuid()) {

@@ -329,16 +329,13 @@ int st_restore(struct st_repo *r, const char *id, const char *dir,
 	rc = st_manifest_load(r, id, limits, &m, err);
 	if (rc < 0)
 		return rc;
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-		rc = al_error_set_errno(err, -errno, "cannot create %s", dir);
-		st_manifest_free(m);
-		return rc;
-	}
-	_cleanup_close_ int root = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	/* Made when absent. No link is followed anywhere in the path (a user
+	 * who owns a directory on the way cannot send the restore into one of
+	 * root's); only the descriptor is used from then on. */
+	_cleanup_close_ int root = mkdir_open_no_symlinks(AT_FDCWD, dir, 0700);
 	if (root < 0) {
-		rc = al_error_set_errno(err, -errno, "%s", dir);
 		st_manifest_free(m);
-		return rc;
+		return st_path_error(err, root, "restore target", dir);
 	}
 	int empty = empty_dir(root);
 	if (empty <= 0) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/fdutil.h"
 #include "store/chunker.h"
 #include "store/internal.h"
 #include "store/pool.h"
@@ -515,11 +516,13 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	const char *dir = layer ? o->upper : o->workspace;
 	if (!dir || (layer && !o->lower))
 		return al_error_set(err, -EINVAL, "nothing to snapshot");
+	/* No link followed anywhere in the path (a user who owns a directory
+	 * on the way cannot swap in a link to one of root's), then only the
+	 * descriptor. */
 	_cleanup_close_ int root =
-		open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+		open_no_symlinks(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_NOCTTY, 0);
 	if (root < 0)
-		return al_error_set_errno(err, -errno, "%s %s", layer ? "upper layer" : "workspace",
-					  dir);
+		return st_path_error(err, root, layer ? "upper layer" : "workspace", dir);
 	struct stat rst;
 	if (fstat(root, &rst) < 0)
 		return al_error_set_errno(err, -errno, "%s", dir);
