@@ -28,6 +28,9 @@ static const char usage[] =
 	"       airlock checkpoint create --upper DIR --lower ID [--userxattr] [--session S]\n"
 	"                                      (an overlayfs upper layer over checkpoint ID;\n"
 	"                                      --userxattr: the mount's option of that name)\n"
+	"                                      both: [--max-bytes SIZE] [--max-files N]\n"
+	"                                      [--max-depth N] (refused before reading past them;\n"
+	"                                      a file's holes count)\n"
 	"       airlock checkpoint restore ID --to DIR [--max-bytes SIZE] [--max-files N]\n"
 	"                                      [--max-depth N]\n"
 	"       airlock checkpoint diff A B [--names-only]\n"
@@ -220,7 +223,8 @@ static int do_create(struct copts *o)
 		return rc;
 	struct st_snapshot_opts so = { .workspace = o->workspace, .upper = o->upper,
 				       .lower = o->lower, .userxattr = o->userxattr,
-				       .session = o->session, .report = report };
+				       .session = o->session, .report = report,
+				       .limits = &o->limits };
 	struct st_snapshot_result res;
 	struct al_error err = { 0 };
 	rc = st_snapshot(r, &so, &res, &err);

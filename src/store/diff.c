@@ -11,14 +11,37 @@
 
 static bool same_chunks(const struct st_entry *a, const struct st_entry *b)
 {
-	return a->n_chunks == b->n_chunks &&
-	       (a->n_chunks == 0 || memcmp(a->chunks, b->chunks, a->n_chunks * sizeof(*a->chunks)) == 0);
+	if (a->n_chunks != b->n_chunks || a->n_holes != b->n_holes ||
+	    (a->n_chunks && memcmp(a->chunks, b->chunks, a->n_chunks * sizeof(*a->chunks)) != 0))
+		return false;
+	for (size_t k = 0; k < a->n_holes; k++)
+		if (a->holes[k].at != b->holes[k].at || a->holes[k].len != b->holes[k].len)
+			return false;
+	return true;
+}
+
+/* Appends n zero bytes (a hole; the caller checked the size). */
+static int append_zeros(struct buf *b, uint64_t n)
+{
+	static const char zeros[4096];
+	while (n > 0) {
+		size_t k = n < sizeof(zeros) ? (size_t)n : sizeof(zeros);
+		if (buf_append(b, zeros, k) < 0)
+			return -ENOMEM;
+		n -= k;
+	}
+	return 0;
 }
 
 static int load_file(struct st_repo *r, const struct st_entry *e, struct buf *b,
 		     struct al_error *err)
 {
-	for (size_t i = 0; i < e->n_chunks; i++) {
+	size_t h = 0;
+	for (size_t i = 0; i <= e->n_chunks; i++) {
+		if (h < e->n_holes && e->holes[h].at == i && append_zeros(b, e->holes[h++].len) < 0)
+			return 1; /* over the diff limit: not diffed */
+		if (i == e->n_chunks)
+			break;
 		void *data = NULL;
 		size_t len = 0;
 		int rc = st_cas_get(r->cas, &e->chunks[i], &data, &len, err);

@@ -153,10 +153,13 @@ int st_layer_compose(struct st_entry *lops, size_t nl, struct st_entry *up, size
 /*
  * Commits the delta *entries (sorted) over lh->base, or, when it has grown
  * large against the base or its tree could pass the entry limit, the
- * whole tree as a full manifest (applying it checks that limit: nothing
- * is committed that could not be loaded). *entries and *n may be replaced.
+ * whole tree as a full manifest (applying it checks limits: nothing is
+ * committed that could not be loaded under them). With a byte limit, the
+ * tree's bytes are counted (the base is read) and held to it whatever is
+ * stored. *entries and *n may be replaced.
  */
 int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session,
-		    const char *parent, const struct st_layer_head *lh, struct st_entry **entries,
-		    size_t *n, struct timespec now, const struct buf *cache,
-		    char out_id[ST_ID_HEX + 1], struct al_error *err);
+		    const char *parent, const struct st_layer_head *lh,
+		    const struct st_manifest_limits *limits, struct st_entry **entries, size_t *n,
+		    struct timespec now, const struct buf *cache, char out_id[ST_ID_HEX + 1],
+		    struct al_error *err);

@@ -5,6 +5,8 @@
  * whole tree, when the delta has grown large).
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <stddef.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,21 +83,76 @@ int st_layer_opaque(bool user, int fd, const char *path, struct al_error *err)
 	return n > 0 && n < (ssize_t)sizeof(v) && strcmp(v, "y") == 0;
 }
 
+/* The bytes of the files of the tree delta d (sorted, nd entries) makes
+ * of base b: b's files that d neither replaces nor removes, and d's. */
+static int tree_bytes(const struct st_manifest *b, const struct st_entry *d, size_t nd,
+		      uint64_t *ret)
+{
+	struct st_pathset *cuts = NULL;
+	if (st_pathset_new(nd, &cuts) < 0)
+		return -ENOMEM;
+	for (size_t k = 0; k < nd; k++)
+		if (d[k].type != ST_DIR && st_pathset_add(cuts, d[k].path) < 0) {
+			st_pathset_free(cuts);
+			return -ENOMEM;
+		}
+	uint64_t sum = 0;
+	bool over = false;
+	for (size_t k = 0; k < b->n_entries; k++) {
+		const struct st_entry *e = &b->entries[k];
+		if (e->type != ST_FILE ||
+		    st_find_path(d, nd, sizeof(*d), offsetof(struct st_entry, path), e->path) ||
+		    st_pathset_has_ancestor(cuts, e->path))
+			continue;
+		over |= __builtin_add_overflow(sum, e->size, &sum);
+	}
+	for (size_t k = 0; k < nd; k++)
+		if (d[k].type == ST_FILE)
+			over |= __builtin_add_overflow(sum, d[k].size, &sum);
+	st_pathset_free(cuts);
+	*ret = over ? UINT64_MAX : sum;
+	return 0;
+}
+
 int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session,
-		    const char *parent, const struct st_layer_head *lh, struct st_entry **entries,
-		    size_t *n, struct timespec now, const struct buf *cache,
-		    char out_id[ST_ID_HEX + 1], struct al_error *err)
+		    const char *parent, const struct st_layer_head *lh,
+		    const struct st_manifest_limits *limits, struct st_entry **entries, size_t *n,
+		    struct timespec now, const struct buf *cache, char out_id[ST_ID_HEX + 1],
+		    struct al_error *err)
 {
 	uint64_t base_n = lh->base_entries;
+	size_t max_entries = limits && limits->max_entries ? limits->max_entries
+							   : ST_MANIFEST_MAX_ENTRIES_DEFAULT;
 	bool big = *n > FLATTEN_MIN && *n > base_n / 4;
-	if (!big && base_n + *n <= ST_MANIFEST_MAX_ENTRIES_DEFAULT)
+	struct st_manifest *b = NULL;
+	int rc;
+	if (limits && limits->max_bytes) {
+		rc = st_manifest_load_raw(r, lh->base, NULL, &b, err);
+		uint64_t bytes = 0;
+		if (rc == 0 && tree_bytes(b, *entries, *n, &bytes) < 0)
+			rc = al_error_set(err, -ENOMEM, "out of memory");
+		if (rc == 0 && bytes > limits->max_bytes)
+			rc = al_error_set(err, -EFBIG,
+					  "the layered workspace's files add up to %" PRIu64
+					  " bytes (holes count), more than the byte limit of %" PRIu64
+					  " (--max-bytes); nothing was committed", bytes,
+					  limits->max_bytes);
+		if (rc < 0) {
+			st_manifest_free(b);
+			return rc;
+		}
+	}
+	if (!big && base_n + *n <= max_entries) {
+		st_manifest_free(b);
 		return st_commit_entries(r, f, session, parent, lh, *entries, *n, now, cache,
 					 out_id, err);
+	}
 
-	struct st_manifest *b = NULL;
-	int rc = st_manifest_load_raw(r, lh->base, NULL, &b, err);
-	if (rc < 0)
-		return rc;
+	if (!b) {
+		rc = st_manifest_load_raw(r, lh->base, NULL, &b, err);
+		if (rc < 0)
+			return rc;
+	}
 	struct st_manifest *d = calloc(1, sizeof(*d)), *t = NULL;
 	if (!d) {
 		st_manifest_free(b);
@@ -108,7 +165,7 @@ int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session,
 	d->n_entries = *n;
 	*entries = NULL;
 	*n = 0;
-	rc = st_manifest_apply(b, d, NULL, &t, err);
+	rc = st_manifest_apply(b, d, limits, &t, err);
 	if (rc < 0)
 		return rc;
 	*entries = t->entries;

@@ -157,17 +157,31 @@ static int restore_file(struct st_cas_reader *rd, int root, struct parent_cache 
 		openat(pfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return al_error_set_errno(err, -errno, "cannot create %s", e->path);
+	/* Holes are skipped, not written: the file comes back as sparse as it
+	 * was, in time that follows its data. */
 	uint64_t total = 0;
-	for (size_t i = 0; i < e->n_chunks; i++) {
+	size_t h = 0;
+	for (size_t i = 0; i <= e->n_chunks; i++) {
+		if (h < e->n_holes && e->holes[h].at == i) {
+			uint64_t len = e->holes[h++].len;
+			if (len > e->size - total)
+				return al_error_set(err, -EBADMSG, "%s: its holes are longer than its size",
+						    e->path);
+			total += len;
+			if (lseek(fd, (off_t)total, SEEK_SET) < 0)
+				return al_error_set_errno(err, -errno, "cannot write %s", e->path);
+		}
+		if (i == e->n_chunks)
+			break;
 		const void *data = NULL;
 		size_t len = 0;
 		int rc = st_cas_read(rd, &e->chunks[i], &data, &len, err);
 		if (rc < 0)
 			return rc;
-		total += len;
-		if (total > e->size)
+		if (len > e->size - total)
 			return al_error_set(err, -EBADMSG, "%s: the chunks are longer than its size",
 					    e->path);
+		total += len;
 		rc = write_full(fd, data, len);
 		if (rc < 0)
 			return al_error_set_errno(err, rc, "cannot write %s", e->path);
@@ -175,6 +189,9 @@ static int restore_file(struct st_cas_reader *rd, int root, struct parent_cache 
 	if (total != e->size)
 		return al_error_set(err, -EBADMSG, "%s: the chunks are shorter than its size",
 				    e->path);
+	/* A hole at the end: the size says where the file ends. */
+	if (e->n_holes && ftruncate(fd, (off_t)e->size) < 0)
+		return al_error_set_errno(err, -errno, "cannot write %s", e->path);
 	struct timespec ts[2];
 	set_times(ts, e->mtime_ns);
 	if (ts[1].tv_nsec < 0) {

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,8 @@ struct job_file {
 	int fd;
 	size_t entry;	  /* in walk.entries */
 	const char *path; /* the entry's: it outlives the workers */
+	uint64_t size;	  /* as the walk saw it open: no more is read */
+	bool sparse;	  /* fewer blocks than bytes: read by data runs */
 };
 
 struct job {
@@ -62,6 +65,8 @@ struct result {
 	size_t entry;
 	struct st_id *chunks;
 	size_t n_chunks;
+	struct st_hole *holes;
+	size_t n_holes;
 	uint64_t size;
 };
 
@@ -82,19 +87,27 @@ struct walk {
 	size_t n, cap;
 	struct buf cache; /* the new stat cache */
 	bool layer; /* walking an overlayfs upper directory */
+	struct st_manifest_limits limits; /* every one set */
+	uint64_t bytes_seen; /* sizes of the files walked so far */
 	struct st_pool *pool;
 	struct job cur; /* the batch being filled */
 	struct worker *workers;
 	size_t n_workers;
 };
 
-static int add_entry(struct walk *w, struct st_entry *e)
+/* Adds e to the tree, unless the tree is full (the entry limit). */
+static int add_entry(struct walk *w, struct st_entry *e, struct al_error *err)
 {
+	if (w->n >= w->limits.max_entries)
+		return al_error_set(err, -E2BIG,
+				    "%s: more than %zu entries, the limit (--max-files); nothing "
+				    "was committed", w->layer ? "upper layer" : "workspace",
+				    w->limits.max_entries);
 	if (w->n == w->cap) {
 		size_t nc = w->cap ? w->cap * 2 : 1024;
 		struct st_entry *ne = realloc(w->entries, nc * sizeof(*ne));
 		if (!ne)
-			return -ENOMEM;
+			return al_error_set(err, -ENOMEM, "out of memory");
 		w->entries = ne;
 		w->cap = nc;
 	}
@@ -102,55 +115,140 @@ static int add_entry(struct walk *w, struct st_entry *e)
 	return 0;
 }
 
-/* Reads a regular file in content-defined chunks into the store: sets
- * e's size and chunks. */
-static int read_file(struct chunk_sink *s, int fd, const char *path, struct st_entry *e,
-		     struct al_error *err)
+/* Cuts what the buffer holds into chunks and stores them: all of it when
+ * final (the end of a run of data), else what a cut can be made in. */
+static int store_cuts(struct chunk_sink *s, size_t *have, bool final, struct st_entry *e,
+		      size_t *cap, struct al_error *err)
 {
-	size_t have = 0, cap = 0;
-	bool eof = false;
-	uint64_t total = 0;
+	size_t off = 0;
+	while (off < *have) {
+		size_t cut = st_cdc_cut(s->buf + off, *have - off, final);
+		if (cut == 0)
+			break;
+		struct st_id id;
+		bool fresh = false;
+		int rc = s->cw ? st_cas_put_shared(s->cw, s->buf + off, cut, &id, &fresh, err)
+			       : st_cas_put(s->cas, s->buf + off, cut, &id, &fresh, err);
+		if (rc < 0)
+			return rc;
+		if (fresh) {
+			s->chunks_new++;
+			s->bytes_new += cut;
+		}
+		rc = st_entry_push_chunk(e, cap, &id);
+		if (rc < 0)
+			return al_error_set(err, rc, "out of memory");
+		off += cut;
+	}
+	memmove(s->buf, s->buf + off, *have - off);
+	*have -= off;
+	return 0;
+}
+
+/* Reads at most len bytes from the file's offset in content-defined
+ * chunks into the store; *ret_got: how many there were (fewer only at the
+ * end of the file). */
+static int read_run(struct chunk_sink *s, int fd, const char *path, uint64_t len,
+		    struct st_entry *e, size_t *cap, uint64_t *ret_got, struct al_error *err)
+{
+	size_t have = 0;
+	uint64_t got = 0;
+	bool end = false;
 	for (;;) {
-		while (!eof && have < 2 * ST_CDC_MAX) {
+		while (!end && have < 2 * ST_CDC_MAX) {
 			if (s->stop && __atomic_load_n(s->stop, __ATOMIC_RELAXED))
 				return -ECANCELED;
-			ssize_t n = read(fd, s->buf + have, 2 * ST_CDC_MAX - have);
+			size_t want = 2 * ST_CDC_MAX - have;
+			if (want > len - got)
+				want = (size_t)(len - got);
+			if (want == 0) {
+				end = true;
+				break;
+			}
+			ssize_t n = read(fd, s->buf + have, want);
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n < 0)
 				return al_error_set_errno(err, -errno, "cannot read %s", path);
 			if (n == 0)
-				eof = true;
+				end = true;
 			have += (size_t)n;
+			got += (uint64_t)n;
 		}
-		size_t off = 0;
-		while (off < have) {
-			size_t cut = st_cdc_cut(s->buf + off, have - off, eof);
-			if (cut == 0)
-				break;
-			struct st_id id;
-			bool fresh = false;
-			int rc = s->cw ? st_cas_put_shared(s->cw, s->buf + off, cut, &id, &fresh, err)
-				       : st_cas_put(s->cas, s->buf + off, cut, &id, &fresh, err);
-			if (rc < 0)
-				return rc;
-			if (fresh) {
-				s->chunks_new++;
-				s->bytes_new += cut;
-			}
-			rc = st_entry_push_chunk(e, &cap, &id);
-			if (rc < 0)
-				return al_error_set(err, rc, "out of memory");
-			off += cut;
-			total += cut;
-		}
-		memmove(s->buf, s->buf + off, have - off);
-		have -= off;
-		if (eof && have == 0)
+		int rc = store_cuts(s, &have, end, e, cap, err);
+		if (rc < 0)
+			return rc;
+		if (end && have == 0)
 			break;
 	}
-	e->size = total;
-	s->bytes += total;
+	*ret_got = got;
+	return 0;
+}
+
+/*
+ * Reads a regular file into the store: sets e's size, chunks and holes.
+ * Its runs of data are read, its holes (SEEK_DATA, SEEK_HOLE) recorded as
+ * holes, so that its cost follows its data, not its size. A file without
+ * holes when opened (size bytes, as many blocks) is read straight, as
+ * before; should it have grown meanwhile, the rest is taken by its runs of
+ * data too, so a file made huge and sparse behind the walk's back costs
+ * nothing either. Chunks are cut within a run.
+ */
+static int read_file(struct chunk_sink *s, int fd, const char *path, uint64_t size, bool sparse,
+		     struct st_entry *e, struct al_error *err)
+{
+	size_t cap = 0, hcap = 0;
+	uint64_t pos = 0, got = 0;
+	int rc;
+	if (!sparse) {
+		/* One byte more than its size: the end of the file is seen with
+		 * the read that says so, as a plain read to the end would. */
+		rc = read_run(s, fd, path, size + 1, e, &cap, &got, err);
+		if (rc < 0)
+			return rc;
+		pos = got;
+		if (got <= size)
+			goto done;
+	}
+	for (;;) {
+		off_t data = lseek(fd, (off_t)pos, SEEK_DATA);
+		if (data < 0 && errno == ENXIO)
+			break; /* no data from pos on */
+		if (data < 0 && (errno == EINVAL || errno == EOPNOTSUPP)) {
+			/* No such seek here: read to the end. */
+			rc = read_run(s, fd, path, UINT64_MAX, e, &cap, &got, err);
+			if (rc < 0)
+				return rc;
+			pos += got;
+			goto done;
+		}
+		off_t hole = data < 0 ? -1 : lseek(fd, data, SEEK_HOLE);
+		if (hole < 0 || lseek(fd, data, SEEK_SET) < 0)
+			return al_error_set_errno(err, -errno, "cannot read %s", path);
+		uint64_t run = (uint64_t)(hole - data);
+		rc = st_entry_push_hole(e, &hcap, (uint64_t)data - pos);
+		if (rc < 0)
+			return al_error_set(err, rc, "out of memory");
+		rc = read_run(s, fd, path, run, e, &cap, &got, err);
+		if (rc < 0)
+			return rc;
+		pos = (uint64_t)data + got;
+		if (got < run)
+			goto done; /* made shorter meanwhile: it ends here */
+	}
+	/* What is left up to the size is a hole. */
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return al_error_set_errno(err, -errno, "cannot read %s", path);
+	if ((uint64_t)st.st_size > pos) {
+		rc = st_entry_push_hole(e, &hcap, (uint64_t)st.st_size - pos);
+		if (rc < 0)
+			return al_error_set(err, rc, "out of memory");
+		pos = (uint64_t)st.st_size;
+	}
+done:
+	e->size = pos;
+	s->bytes += pos;
 	return 0;
 }
 
@@ -181,13 +279,15 @@ static int work_file(struct worker *wk, const struct job_file *f, struct al_erro
 		wk->cap_res = nc;
 	}
 	struct st_entry got = { 0 };
-	int rc = read_file(&wk->sink, f->fd, f->path, &got, err);
+	int rc = read_file(&wk->sink, f->fd, f->path, f->size, f->sparse, &got, err);
 	if (rc < 0) {
 		free(got.chunks);
+		free(got.holes);
 		return rc;
 	}
 	wk->res[wk->n_res++] = (struct result){ .entry = f->entry, .chunks = got.chunks,
-						 .n_chunks = got.n_chunks, .size = got.size };
+						 .n_chunks = got.n_chunks, .holes = got.holes,
+						 .n_holes = got.n_holes, .size = got.size };
 	return 0;
 }
 
@@ -224,9 +324,11 @@ static int batch_submit(struct walk *w)
 }
 
 /* Adds an open file to the batch (takes fd, even on failure). */
-static int batch_add(struct walk *w, int fd, size_t entry, const char *path, uint64_t size)
+static int batch_add(struct walk *w, int fd, size_t entry, const char *path, uint64_t size,
+		     bool sparse)
 {
-	w->cur.f[w->cur.n++] = (struct job_file){ .fd = fd, .entry = entry, .path = path };
+	w->cur.f[w->cur.n++] = (struct job_file){ .fd = fd, .entry = entry, .path = path,
+						  .size = size, .sparse = sparse };
 	w->cur.bytes += size;
 	if (w->cur.n < JOB_FILES && w->cur.bytes < JOB_BYTES)
 		return 0;
@@ -285,6 +387,8 @@ static int workers_finish(struct walk *w, int rc, struct al_error *err)
 			struct st_entry *e = &w->entries[rs->entry];
 			e->chunks = rs->chunks;
 			e->n_chunks = rs->n_chunks;
+			e->holes = rs->holes;
+			e->n_holes = rs->n_holes;
 			e->size = rs->size;
 		}
 		free(wk->res);
@@ -303,7 +407,8 @@ static int workers_finish(struct walk *w, int rc, struct al_error *err)
  * for it, or opens it and hands *ret_fd back (else -1) to be queued once
  * its entry is in place. */
 static int snap_file(struct walk *w, int dirfd, const char *name, const char *path,
-		     const struct stat *st, struct st_entry *e, int *ret_fd, struct al_error *err)
+		     const struct stat *st, struct st_entry *e, int *ret_fd, struct stat *ret_st,
+		     struct al_error *err)
 {
 	e->type = ST_FILE;
 	const struct st_entry *old = st_manifest_find(w->prev, path);
@@ -321,13 +426,8 @@ static int snap_file(struct walk *w, int dirfd, const char *name, const char *pa
 			all = st_cas_has_shared(w->r->cas, &old->chunks[i]);
 		if (all) {
 			e->size = old->size;
-			e->n_chunks = old->n_chunks;
-			if (old->n_chunks) {
-				e->chunks = malloc(old->n_chunks * sizeof(*e->chunks));
-				if (!e->chunks)
-					return al_error_set(err, -ENOMEM, "out of memory");
-				memcpy(e->chunks, old->chunks, old->n_chunks * sizeof(*e->chunks));
-			}
+			if (st_entry_copy_pieces(e, old) < 0)
+				return al_error_set(err, -ENOMEM, "out of memory");
 			w->res->files_reused++;
 			return 0;
 		}
@@ -341,6 +441,7 @@ static int snap_file(struct walk *w, int dirfd, const char *name, const char *pa
 	struct stat fst;
 	if (fstat(fd, &fst) < 0 || !S_ISREG(fst.st_mode) || fst.st_ino != st->st_ino)
 		return al_error_set(err, -EAGAIN, "%s changed while being read", path);
+	*ret_st = fst;
 	w->res->files_read++;
 	*ret_fd = TAKE_FD(fd);
 	return 0;
@@ -350,19 +451,19 @@ static int snap_file(struct walk *w, int dirfd, const char *name, const char *pa
 static int add_whiteout(struct walk *w, const char *path, struct al_error *err)
 {
 	struct st_entry e = { .type = ST_WHITEOUT, .path = strdup(path) };
-	if (!e.path || add_entry(w, &e) < 0) {
+	int rc = e.path ? add_entry(w, &e, err) : al_error_set(err, -ENOMEM, "out of memory");
+	if (rc < 0)
 		free(e.path);
-		return al_error_set(err, -ENOMEM, "out of memory");
-	}
-	return 0;
+	return rc;
 }
 
 static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		    struct al_error *err)
 {
-	if (depth > ST_MANIFEST_MAX_DEPTH_DEFAULT)
-		return al_error_set(err, -ELOOP, "%s: deeper than %d directories", rel,
-				    ST_MANIFEST_MAX_DEPTH_DEFAULT);
+	if (depth > w->limits.max_depth)
+		return al_error_set(err, -ELOOP,
+				    "%s: deeper than %zu directories, the limit (--max-depth); nothing "
+				    "was committed", rel, w->limits.max_depth);
 	/* A new open file description: a dup would share (and move) the
 	 * directory offset of dirfd. */
 	int dupfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -387,7 +488,7 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 					  rel[0] ? rel : "the workspace", ST_PATH_MAX);
 			break;
 		}
-		struct stat st;
+		struct stat st, fst = { 0 };
 		_cleanup_close_ int fd = -1; /* a file for the workers */
 		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			rc = al_error_set_errno(err, -errno, "cannot stat %s", path);
@@ -412,7 +513,18 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		if (S_ISDIR(st.st_mode)) {
 			e.type = ST_DIR;
 		} else if (S_ISREG(st.st_mode)) {
-			rc = snap_file(w, dirfd, name, path, &st, &e, &fd, err);
+			/* Before anything is read: a file's size counts, holes and
+			 * all (docs/checkpoints.md, "Limits"). */
+			uint64_t size = (uint64_t)st.st_size, max = w->limits.max_bytes;
+			if (max && size > max - w->bytes_seen) {
+				rc = al_error_set(err, -EFBIG,
+						  "%s: %" PRIu64 " bytes (holes count) would take the "
+						  "files past the byte limit of %" PRIu64 " (--max-bytes); "
+						  "nothing was read or committed", path, size, max);
+				break;
+			}
+			w->bytes_seen += size;
+			rc = snap_file(w, dirfd, name, path, &st, &e, &fd, &fst, err);
 			if (rc == 0)
 				rc = st_statcache_line(&w->cache, &st, path) < 0
 					     ? al_error_set(err, -ENOMEM, "out of memory")
@@ -441,21 +553,21 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 				break;
 			continue;
 		}
-		if (rc < 0) {
-			free(e.target);
-			free(e.chunks);
-			break;
+		if (rc == 0) {
+			e.path = strdup(path);
+			rc = e.path ? add_entry(w, &e, err) : al_error_set(err, -ENOMEM, "out of memory");
 		}
-		e.path = strdup(path);
-		if (!e.path || add_entry(w, &e) < 0) {
+		if (rc < 0) {
 			free(e.path);
 			free(e.target);
 			free(e.chunks);
-			rc = al_error_set(err, -ENOMEM, "out of memory");
+			free(e.holes);
 			break;
 		}
 		if (fd >= 0) {
-			rc = batch_add(w, TAKE_FD(fd), w->n - 1, e.path, (uint64_t)st.st_size);
+			/* Fewer blocks than bytes: it has holes, read by its data. */
+			bool sparse = (uint64_t)fst.st_blocks < (uint64_t)fst.st_size / 512;
+			rc = batch_add(w, TAKE_FD(fd), w->n - 1, e.path, (uint64_t)fst.st_size, sparse);
 			if (rc < 0)
 				break;
 		}
@@ -530,6 +642,13 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 	clock_gettime(CLOCK_REALTIME, &now);
 
 	struct walk w = { .r = r, .o = o, .res = ret, .layer = layer };
+	if (o->limits)
+		w.limits = *o->limits;
+	/* A manifest holds no more entries than its writer allows. */
+	if (!w.limits.max_entries || w.limits.max_entries > ST_MANIFEST_MAX_ENTRIES_DEFAULT)
+		w.limits.max_entries = ST_MANIFEST_MAX_ENTRIES_DEFAULT;
+	if (!w.limits.max_depth || w.limits.max_depth > ST_MANIFEST_MAX_DEPTH_DEFAULT)
+		w.limits.max_depth = ST_MANIFEST_MAX_DEPTH_DEFAULT;
 	buf_init(&w.cache, ST_STATCACHE_MAX);
 	struct st_manifest *prev = NULL, *lower = NULL;
 	char parent[ST_ID_HEX + 1];
@@ -570,6 +689,13 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 		rc = walk_dir(&w, root, "", 1, err);
 	/* Every thread is gone before anything is committed. */
 	rc = workers_finish(&w, rc, err);
+	/* Files that grew while being read may have taken the total past the
+	 * byte limit the walk held them to. */
+	if (rc == 0 && w.limits.max_bytes && ret->bytes > w.limits.max_bytes)
+		rc = al_error_set(err, -EFBIG,
+				  "the files grew while being read, to %" PRIu64 " bytes (holes "
+				  "count), more than the byte limit of %" PRIu64 " (--max-bytes); "
+				  "nothing was committed", ret->bytes, w.limits.max_bytes);
 	st_statcache_free(&w.sc);
 
 	if (rc == 0 && layer) {
@@ -593,7 +719,7 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 				.base_entries = full ? lower->declared : lower->base_entries,
 				.lower = o->lower,
 			};
-			rc = st_layer_commit(r, &fault, o->session, parent, &lh, &w.entries, &w.n,
+			rc = st_layer_commit(r, &fault, o->session, parent, &lh, &w.limits, &w.entries, &w.n,
 					     now, &w.cache, ret->id, err);
 		}
 	} else if (rc == 0) {
