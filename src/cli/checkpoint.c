@@ -4,9 +4,11 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -26,6 +28,9 @@ static const char usage[] =
 	"       airlock checkpoint create --upper DIR --lower ID [--userxattr] [--session S]\n"
 	"                                      (an overlayfs upper layer over checkpoint ID;\n"
 	"                                      --userxattr: the mount's option of that name)\n"
+	"                                      both: [--max-bytes SIZE] [--max-files N]\n"
+	"                                      [--max-depth N] (refused before reading past them;\n"
+	"                                      a file's holes count)\n"
 	"       airlock checkpoint restore ID --to DIR [--max-bytes SIZE] [--max-files N]\n"
 	"                                      [--max-depth N]\n"
 	"       airlock checkpoint diff A B [--names-only]\n"
@@ -159,6 +164,17 @@ static int parse(int argc, char **argv, struct copts *o)
 	return 0;
 }
 
+/* AIRLOCK_FAULT_STEP=N: the crash tests' kill point (st_repo_opts.fault_step);
+ * anything but a count from 1 to 999999 is ignored. */
+static int fault_step(void)
+{
+	const char *s = getenv("AIRLOCK_FAULT_STEP");
+	uint64_t v;
+	if (!s || !*s || parse_u64(s, &v) < 0 || v == 0 || v >= 1000000)
+		return 0;
+	return (int)v;
+}
+
 static int open_repo(const struct copts *o, bool create_key, struct st_repo **ret)
 {
 	struct al_error err = { 0 };
@@ -168,7 +184,7 @@ static int open_repo(const struct copts *o, bool create_key, struct st_repo **re
 	if (r < 0)
 		return cli_fail("%s", al_error_message(&err));
 	struct st_repo_opts ro = { .store_dir = o->store, .tenant = o->tenant, .key = key,
-				   .keylen = keylen };
+				   .keylen = keylen, .fault_step = fault_step() };
 	r = st_repo_open(&ro, ret, &err);
 	explicit_bzero(key, keylen);
 	free(key);
@@ -207,7 +223,8 @@ static int do_create(struct copts *o)
 		return rc;
 	struct st_snapshot_opts so = { .workspace = o->workspace, .upper = o->upper,
 				       .lower = o->lower, .userxattr = o->userxattr,
-				       .session = o->session, .report = report };
+				       .session = o->session, .report = report,
+				       .limits = &o->limits };
 	struct st_snapshot_result res;
 	struct al_error err = { 0 };
 	rc = st_snapshot(r, &so, &res, &err);
@@ -309,40 +326,65 @@ static int do_latest(struct copts *o)
 	return 0;
 }
 
-/* FILE is written whole or not at all: a temporary file beside it, renamed. */
+/* The message for a caller's path open_no_symlinks refused or could not
+ * open. */
+static int path_fail(const char *what, const char *path, int r)
+{
+	if (r == -ELOOP)
+		return cli_fail("%s %s: a symbolic link in the path is not followed (name the real "
+				"path, with no link in any component)", what, path);
+	return cli_fail("%s %s: %s", what, path, strerror(-r));
+}
+
+/*
+ * FILE is written whole or not at all: a temporary file beside it, renamed.
+ * Its directory is opened once, following no link anywhere in the path (a
+ * user who owns a directory on the way cannot send the file into one of
+ * root's), and the temporary file is made (O_EXCL), renamed and synced
+ * relative to that descriptor only.
+ */
 static int export_to_file(struct st_repo *r, const char *id, const char *file)
 {
-	size_t n = strlen(file);
-	_cleanup_free_ char *tmp = malloc(n + sizeof(".tmp-XXXXXX"));
-	if (!tmp)
-		return cli_fail("out of memory");
-	memcpy(tmp, file, n);
-	memcpy(tmp + n, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
-	int fd = mkostemp(tmp, O_CLOEXEC);
+	char name[NAME_MAX + 1];
+	bool dir_only = false;
+	_cleanup_close_ int dfd = open_parent_no_symlinks(AT_FDCWD, file, name, sizeof(name),
+							  &dir_only);
+	if (dfd < 0)
+		return path_fail("cannot write", file, dfd);
+	if (dir_only)
+		return cli_fail("cannot write %s: names a directory", file);
+	char tmp[NAME_MAX + 1];
+	int fd = -1;
+	for (int tries = 0; fd < 0 && tries < 16; tries++) {
+		uint32_t rnd;
+		if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+			return cli_fail("cannot make a temporary name: %s", strerror(errno));
+		if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp-%08" PRIx32, name, rnd) >= sizeof(tmp))
+			return cli_fail("cannot write %s: the name is too long for a temporary file "
+					"beside it", file);
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
 	if (fd < 0)
 		return cli_fail("cannot create a temporary file beside %s: %s", file, strerror(errno));
 	struct al_error err = { 0 };
 	int rc = st_export_tar(r, id, fd, &err);
 	if (rc == 0 && fsync(fd) < 0)
-		rc = al_error_set_errno(&err, -errno, "cannot write %s", tmp);
+		rc = al_error_set_errno(&err, -errno, "cannot write %s", file);
 	if (close(fd) < 0 && rc == 0)
-		rc = al_error_set_errno(&err, -errno, "cannot write %s", tmp);
-	if (rc == 0 && rename(tmp, file) < 0)
+		rc = al_error_set_errno(&err, -errno, "cannot write %s", file);
+	if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
 		rc = al_error_set_errno(&err, -errno, "cannot rename %s to %s", tmp, file);
 	if (rc < 0) {
-		unlink(tmp);
+		unlinkat(dfd, tmp, 0);
 		return cli_fail("%s", al_error_message(&err));
 	}
 	/* The rename is durable once the directory is. */
-	_cleanup_free_ char *dir = strdup(file);
-	if (dir) {
-		char *slash = strrchr(dir, '/');
-		const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
-		int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dfd >= 0) {
-			(void)fsync(dfd);
-			close(dfd);
-		}
+	int sfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (sfd >= 0) {
+		(void)fsync(sfd);
+		close(sfd);
 	}
 	return 0;
 }
@@ -392,11 +434,17 @@ static int do_import(struct copts *o)
 	if (o->n_args != 1)
 		return cli_fail("usage: airlock checkpoint import FILE.tar [--session S]");
 	const char *file = o->args[0];
-	_cleanup_close_ int fd = strcmp(file, "-") == 0
-					 ? fcntl(0, F_DUPFD_CLOEXEC, 3)
-					 : open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* No link followed anywhere in the path: a user who owns a directory
+	 * on the way cannot swap in one to a file of root's. */
+	_cleanup_close_ int fd = -1;
+	if (strcmp(file, "-") == 0) {
+		fd = fcntl(0, F_DUPFD_CLOEXEC, 3);
+		if (fd < 0)
+			fd = -errno;
+	} else
+		fd = open_no_symlinks(AT_FDCWD, file, O_RDONLY | O_NOCTTY, 0);
 	if (fd < 0)
-		return cli_fail("%s: %s", file, strerror(errno));
+		return path_fail("cannot read", file, fd);
 	struct st_repo *r = NULL;
 	int rc = open_repo(o, true, &r);
 	if (rc)

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -287,4 +288,147 @@ int write_file_at(int dirfd, const char *path, const char *content)
 	if ((size_t)k != n)
 		return -EIO;
 	return 0;
+}
+
+/* Why a component opened O_NOFOLLOW failed: a symlink there is -ELOOP,
+ * whatever openat said (O_DIRECTORY makes it ENOTDIR). */
+static int nofollow_errno(int dirfd, const char *name, int r)
+{
+	struct stat st;
+	if (r != -ELOOP && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISLNK(st.st_mode))
+		return -ELOOP;
+	return r;
+}
+
+/* The walk of open_no_symlinks for kernels without openat2. */
+static int walk_no_symlinks(int dirfd, const char *path, int flags, mode_t mode)
+{
+	size_t len = strlen(path);
+	if (len == 0)
+		return -ENOENT;
+	if (len >= PATH_MAX)
+		return -ENAMETOOLONG;
+	char buf[PATH_MAX];
+	memcpy(buf, path, len + 1);
+	bool dir_only = buf[len - 1] == '/';
+
+	int cur = openat(buf[0] == '/' ? AT_FDCWD : dirfd, buf[0] == '/' ? "/" : ".",
+			 O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (cur < 0)
+		return -errno;
+	char *seg = buf;
+	for (;;) {
+		while (*seg == '/')
+			seg++;
+		char *end = seg + strcspn(seg, "/");
+		char *next = end;
+		while (*next == '/')
+			next++;
+		bool last = *next == '\0';
+		*end = '\0';
+		if (*seg == '\0') {
+			/* Nothing left ("/" or a trailing slash): cur itself. */
+			int fd = openat(cur, ".", (flags & ~(O_CREAT | O_EXCL)) | O_CLOEXEC);
+			int r = fd < 0 ? -errno : fd;
+			close(cur);
+			return r;
+		}
+		if (last) {
+			int f = flags | O_NOFOLLOW | O_CLOEXEC | (dir_only ? O_DIRECTORY : 0);
+			int fd = openat(cur, seg, f, mode);
+			int r = fd < 0 ? nofollow_errno(cur, seg, -errno) : fd;
+			struct stat st;
+			/* O_PATH | O_NOFOLLOW opens a link itself. */
+			if (fd >= 0 && (flags & O_PATH) &&
+			    (fstat(fd, &st) < 0 || S_ISLNK(st.st_mode))) {
+				close(fd);
+				r = -ELOOP;
+			}
+			close(cur);
+			return r;
+		}
+		int fd = openat(cur, seg, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int r = fd < 0 ? nofollow_errno(cur, seg, -errno) : fd;
+		close(cur);
+		if (r < 0)
+			return r;
+		cur = fd;
+		seg = next;
+	}
+}
+
+int open_no_symlinks(int dirfd, const char *path, int flags, mode_t mode)
+{
+	if (!path)
+		return -EINVAL;
+	struct open_how how = {
+		.flags = (uint64_t)(flags | O_CLOEXEC),
+		.mode = (flags & O_CREAT) ? mode : 0,
+		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+	};
+	int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	if (fd >= 0)
+		return fd;
+	if (errno != ENOSYS)
+		return -errno;
+	return walk_no_symlinks(dirfd, path, flags, mode);
+}
+
+int open_parent_no_symlinks(int dirfd, const char *path, char *name, size_t name_size,
+			    bool *ret_dir_only)
+{
+	if (!path)
+		return -EINVAL;
+	size_t len = strlen(path);
+	if (len >= PATH_MAX)
+		return -ENAMETOOLONG;
+	char buf[PATH_MAX];
+	memcpy(buf, path, len + 1);
+	bool dir_only = false;
+	while (len > 0 && buf[len - 1] == '/') {
+		buf[--len] = '\0';
+		dir_only = true;
+	}
+	if (len == 0)
+		return -EINVAL;
+	char *slash = strrchr(buf, '/');
+	const char *last = slash ? slash + 1 : buf;
+	if (strcmp(last, ".") == 0 || strcmp(last, "..") == 0)
+		return -EINVAL;
+	size_t nl = strlen(last);
+	if (nl >= name_size)
+		return -ENAMETOOLONG;
+	const char *dir = ".";
+	if (slash == buf) {
+		dir = "/";
+	} else if (slash) {
+		*slash = '\0';
+		dir = buf;
+	}
+	int fd = open_no_symlinks(dirfd, dir, O_PATH | O_DIRECTORY, 0);
+	if (fd < 0)
+		return fd;
+	memcpy(name, last, nl + 1);
+	if (ret_dir_only)
+		*ret_dir_only = dir_only;
+	return fd;
+}
+
+int mkdir_open_no_symlinks(int dirfd, const char *path, mode_t mode)
+{
+	char name[NAME_MAX + 1];
+	int pfd = open_parent_no_symlinks(dirfd, path, name, sizeof(name), NULL);
+	if (pfd == -EINVAL)
+		return path && *path ? open_no_symlinks(dirfd, path, O_RDONLY | O_DIRECTORY, 0)
+				     : -ENOENT;
+	if (pfd < 0)
+		return pfd;
+	int r = 0;
+	if (mkdirat(pfd, name, mode) < 0 && errno != EEXIST)
+		r = -errno;
+	if (r == 0)
+		r = open_no_symlinks(pfd, name, O_RDONLY | O_DIRECTORY, 0);
+	close(pfd);
+	return r;
 }

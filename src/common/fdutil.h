@@ -50,3 +50,39 @@ int read_file_bounded(int dirfd, const char *path, size_t max, char **ret, size_
  * the last component. A short write is -EIO.
  */
 int write_file_at(int dirfd, const char *path, const char *content);
+
+/*
+ * Opens path (absolute, or relative to dirfd) following no symbolic link
+ * in any component, the last one included, with or without a trailing
+ * slash, and no magic link (/proc/PID/fd/N): a link on the way is -ELOOP.
+ * For paths a privileged process is handed by someone else: a user who
+ * owns a directory on the way cannot send it elsewhere by swapping a
+ * component for a link, and the descriptor is what is used from then on.
+ * openat2(RESOLVE_NO_SYMLINKS); where the kernel has none (or a filter
+ * hides it), the same walk one O_NOFOLLOW component at a time. flags as
+ * for openat(2) (with O_PATH, only O_DIRECTORY may join it); O_CLOEXEC is
+ * always added.
+ */
+int open_no_symlinks(int dirfd, const char *path, int flags, mode_t mode);
+
+/*
+ * The directory path's last component is in, opened with open_no_symlinks
+ * (O_PATH | O_DIRECTORY), and that component, copied into name (a buffer
+ * of name_size bytes): to make, open or replace it relative to the
+ * descriptor (mkdirat, openat with O_EXCL | O_NOFOLLOW, renameat).
+ * Trailing slashes are dropped; *ret_dir_only (may be NULL) says whether
+ * there were any (the path must then name a directory). -EINVAL when
+ * there is no last component to act on: "", "/", or one that is "." or
+ * "..". -ENAMETOOLONG when it does not fit in name.
+ */
+int open_parent_no_symlinks(int dirfd, const char *path, char *name, size_t name_size,
+			    bool *ret_dir_only);
+
+/*
+ * Makes the directory path (with mode, unless it exists) and opens it
+ * O_RDONLY | O_DIRECTORY, following no link anywhere: its parent with
+ * open_parent_no_symlinks, then mkdirat and open_no_symlinks relative to
+ * it. A path with no last component to make ("/", ending in "." or "..")
+ * is only opened.
+ */
+int mkdir_open_no_symlinks(int dirfd, const char *path, mode_t mode);

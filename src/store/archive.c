@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <archive.h>
@@ -61,13 +62,118 @@ static void split_ns(int64_t ns, time_t *sec, long *nsec)
 	*nsec = (long)n;
 }
 
-static int export_file(struct st_repo *r, struct archive *a, const struct st_entry *e,
-		       struct al_error *err)
+/* Zeros to hand libarchive for a hole: it skips a sparse entry's holes
+ * without reading them, but wants their bytes counted through
+ * archive_write_data. A read-only mapping: nothing is allocated. */
+#define ZEROS_LEN (64u << 20)
+
+struct exporter {
+	struct st_repo *r;
+	struct archive *a;
+	const void *zeros; /* ZEROS_LEN bytes, mapped when a hole comes */
+};
+
+static int write_out(struct exporter *x, const void *data, size_t len, struct al_error *err)
+{
+	while (len > 0) {
+		la_ssize_t w = archive_write_data(x->a, data, len);
+		if (w <= 0 || (size_t)w > len)
+			return al_error_set(err, -EIO, "cannot write the archive: %s",
+					    archive_error_string(x->a) ? archive_error_string(x->a) :
+									 "?");
+		data = (const char *)data + w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+static int write_hole(struct exporter *x, uint64_t len, struct al_error *err)
+{
+	if (!x->zeros) {
+		void *z = mmap(NULL, ZEROS_LEN, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			       -1, 0);
+		if (z == MAP_FAILED)
+			return al_error_set_errno(err, -errno, "cannot export a hole");
+		x->zeros = z;
+	}
+	while (len > 0) {
+		size_t k = len < ZEROS_LEN ? (size_t)len : ZEROS_LEN;
+		int rc = write_out(x, x->zeros, k, err);
+		if (rc < 0)
+			return rc;
+		len -= k;
+	}
+	return 0;
+}
+
+/*
+ * A file with holes goes out as a sparse entry (GNU sparse 1.0 in pax, what
+ * GNU tar and libarchive read back as holes): its runs of data, from the
+ * chunks' lengths in the index, are its sparse map. -EBADMSG when the
+ * pieces do not add up to the size.
+ */
+static int sparse_map(struct exporter *x, const struct st_entry *e, struct archive_entry *ae,
+		      struct al_error *err)
 {
 	char q[QUOTE_BUF];
-	struct st_cas *cas = st_repo_cas(r);
+	struct st_cas *cas = st_repo_cas(x->r);
+	uint64_t pos = 0, run = 0, run_at = 0;
+	size_t h = 0;
+	for (size_t i = 0; i <= e->n_chunks; i++) {
+		if (h < e->n_holes && e->holes[h].at == i) {
+			if (run)
+				archive_entry_sparse_add_entry(ae, (la_int64_t)run_at, (la_int64_t)run);
+			run = 0;
+			if (e->holes[h].len > e->size - pos)
+				break;
+			pos += e->holes[h++].len;
+		}
+		if (i == e->n_chunks)
+			break;
+		uint32_t len = st_cas_chunk_len(cas, &e->chunks[i]);
+		if (len == 0) {
+			char hex[ST_ID_HEX + 1];
+			st_id_hex(&e->chunks[i], hex);
+			return al_error_set(err, -ENOENT, "%s: chunk %s is not in the store",
+					    quote(e->path, q), hex);
+		}
+		if (len > e->size - pos)
+			break;
+		if (!run)
+			run_at = pos;
+		run += len;
+		pos += len;
+	}
+	if (pos != e->size || h != e->n_holes)
+		return al_error_set(err, -EBADMSG, "%s: its pieces do not add up to its size",
+				    quote(e->path, q));
+	if (run)
+		archive_entry_sparse_add_entry(ae, (la_int64_t)run_at, (la_int64_t)run);
+	else /* ends in a hole: a run of nothing marks the end */
+		archive_entry_sparse_add_entry(ae, (la_int64_t)e->size, 0);
+	return 0;
+}
+
+static int export_file(struct exporter *x, const struct st_entry *e, struct al_error *err)
+{
+	char q[QUOTE_BUF];
+	struct st_cas *cas = st_repo_cas(x->r);
 	uint64_t total = 0;
-	for (size_t i = 0; i < e->n_chunks; i++) {
+	size_t h = 0;
+	for (size_t i = 0; i <= e->n_chunks; i++) {
+		if (h < e->n_holes && e->holes[h].at == i) {
+			uint64_t len = e->holes[h++].len;
+			if (len > e->size - total)
+				return al_error_set(err, -EBADMSG,
+						    "%s: its holes are longer than its size",
+						    quote(e->path, q));
+			int rc = write_hole(x, len, err);
+			if (rc < 0)
+				return rc;
+			total += len;
+		}
+		if (i == e->n_chunks)
+			break;
 		void *data = NULL;
 		size_t len = 0;
 		int rc = st_cas_get(cas, &e->chunks[i], &data, &len, err);
@@ -81,12 +187,10 @@ static int export_file(struct st_repo *r, struct archive *a, const struct st_ent
 					    quote(e->path, q));
 		}
 		total += len;
-		la_ssize_t w = archive_write_data(a, data, len);
+		rc = write_out(x, data, len, err);
 		free(data);
-		if (w < 0 || (size_t)w != len)
-			return al_error_set(err, -EIO, "cannot write the archive: %s",
-					    archive_error_string(a) ? archive_error_string(a) :
-								      "?");
+		if (rc < 0)
+			return rc;
 	}
 	if (total != e->size)
 		return al_error_set(err, -EBADMSG, "%s: the chunks are shorter than its size",
@@ -94,9 +198,9 @@ static int export_file(struct st_repo *r, struct archive *a, const struct st_ent
 	return 0;
 }
 
-static int export_entries(struct st_repo *r, struct archive *a, const struct st_manifest *m,
-			  struct al_error *err)
+static int export_entries(struct exporter *x, const struct st_manifest *m, struct al_error *err)
 {
+	struct archive *a = x->a;
 	struct archive_entry *ae = archive_entry_new();
 	if (!ae)
 		return al_error_set(err, -ENOMEM, "out of memory");
@@ -119,6 +223,8 @@ static int export_entries(struct st_repo *r, struct archive *a, const struct st_
 			archive_entry_set_filetype(ae, AE_IFREG);
 			archive_entry_set_perm(ae, e->mode & 0777);
 			archive_entry_set_size(ae, (la_int64_t)e->size);
+			if (e->n_holes && (rc = sparse_map(x, e, ae, err)) < 0)
+				break;
 		} else {
 			archive_entry_set_filetype(ae, AE_IFLNK);
 			archive_entry_set_perm(ae, 0777);
@@ -133,7 +239,7 @@ static int export_entries(struct st_repo *r, struct archive *a, const struct st_
 			break;
 		}
 		if (e->type == ST_FILE)
-			rc = export_file(r, a, e, err);
+			rc = export_file(x, e, err);
 	}
 	archive_entry_free(ae);
 	return rc;
@@ -179,14 +285,16 @@ int st_export_tar(struct st_repo *r, const char *id, int out_fd, struct al_error
 	/* Full pax rather than pax_restricted: libarchive 3.6 writes an mtime's
 	 * nanoseconds in restricted mode only when an entry needs a pax header
 	 * for some other reason. No other pax records are written (no atime,
-	 * ctime, xattrs or ACLs are set). */
+	 * ctime, xattrs or ACLs are set) but the GNU.sparse ones of a file with
+	 * holes. */
 	if (archive_write_set_format_pax(a) != ARCHIVE_OK ||
 	    archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
 	    archive_write_open2(a, &out, NULL, out_write, NULL, NULL) != ARCHIVE_OK)
 		rc = al_error_set(err, -EIO, "cannot start the archive: %s",
 				  archive_error_string(a) ? archive_error_string(a) : "?");
+	struct exporter x = { .r = r, .a = a };
 	if (rc == 0)
-		rc = export_entries(r, a, m, err);
+		rc = export_entries(&x, m, err);
 	if (rc < 0)
 		out.discard = true; /* never a complete-looking partial archive */
 	if (archive_write_close(a) != ARCHIVE_OK && rc == 0)
@@ -194,6 +302,8 @@ int st_export_tar(struct st_repo *r, const char *id, int out_fd, struct al_error
 				  archive_error_string(a) ? archive_error_string(a) : "?");
 	archive_write_free(a);
 	st_manifest_free(m);
+	if (x.zeros)
+		munmap((void *)x.zeros, ZEROS_LEN);
 	return rc;
 }
 
@@ -310,6 +420,7 @@ static void import_free(struct import *im)
 		free(im->entries[i].path);
 		free(im->entries[i].target);
 		free(im->entries[i].chunks);
+		free(im->entries[i].holes);
 	}
 	free(im->entries);
 	free(im->implied);
@@ -438,66 +549,107 @@ static int make_parents(struct import *im, const char *path, int64_t mtime_ns, s
 	return 0;
 }
 
-/* Reads the current entry's data into chunks, holding the byte limit as it
- * goes; the data must be exactly the declared size. */
-static int read_data(struct import *im, const char *raw, uint64_t declared, struct st_entry *e,
-		     struct al_error *err)
+/* Cuts what im->buf holds into chunks and stores them: all of it when
+ * final (the end of a run of data), else what a cut can be made in. */
+static int import_cuts(struct import *im, size_t *have, bool final, struct st_entry *e,
+		       size_t *cap, struct al_error *err)
+{
+	size_t off = 0;
+	while (off < *have) {
+		size_t cut = st_cdc_cut(im->buf + off, *have - off, final);
+		if (cut == 0)
+			break;
+		struct st_id id;
+		bool fresh = false;
+		int rc = st_cas_put(im->cas, im->buf + off, cut, &id, &fresh, err);
+		if (rc < 0)
+			return rc;
+		if (fresh) {
+			im->rep.chunks_new++;
+			im->rep.bytes_new += cut;
+		}
+		if (st_entry_push_chunk(e, cap, &id) < 0)
+			return al_error_set(err, -ENOMEM, "out of memory");
+		off += cut;
+	}
+	memmove(im->buf, im->buf + off, *have - off);
+	*have -= off;
+	return 0;
+}
+
+/*
+ * Reads the current entry's data into chunks, holding the byte limit as it
+ * goes; the data must be exactly the declared size. A sparse entry (GNU or
+ * pax sparse) comes as runs of data at their offsets: what lies between is
+ * a hole, stored as one, never read as zeros (a 15 TiB sparse entry costs
+ * what its data does).
+ */
+static int read_data(struct import *im, struct archive_entry *ae, const char *raw,
+		     uint64_t declared, struct st_entry *e, struct al_error *err)
 {
 	char q[QUOTE_BUF];
-	size_t have = 0, cap = 0;
-	bool eof = false;
-	uint64_t total = 0;
+	size_t have = 0, cap = 0, hcap = 0;
+	uint64_t pos = 0; /* where the data read so far ends, holes included */
 	for (;;) {
-		while (!eof && have < 2 * ST_CDC_MAX) {
-			la_ssize_t n =
-				archive_read_data(im->a, im->buf + have, 2 * ST_CDC_MAX - have);
-			if (n < 0)
-				return al_error_set(err, -EBADMSG,
-						    "%s: truncated or damaged data: %s",
-						    quote(raw, q),
-						    archive_error_string(im->a) ?
-							    archive_error_string(im->a) :
-							    "?");
-			if (n == 0)
-				eof = true;
-			if ((uint64_t)n > declared - total - have)
-				return al_error_set(err, -EBADMSG, "%s: more data than its size",
-						    quote(raw, q));
-			have += (size_t)n;
-			if (im->max_bytes && im->rep.bytes + total + have > im->max_bytes)
-				return al_error_set(err, -E2BIG,
-						    "%s: more than %" PRIu64 " bytes (--max-bytes)",
-						    quote(raw, q), im->max_bytes);
-		}
-		size_t off = 0;
-		while (off < have) {
-			size_t cut = st_cdc_cut(im->buf + off, have - off, eof);
-			if (cut == 0)
-				break;
-			struct st_id id;
-			bool fresh = false;
-			int rc = st_cas_put(im->cas, im->buf + off, cut, &id, &fresh, err);
+		const void *block = NULL;
+		size_t len = 0;
+		la_int64_t offset = 0;
+		int r = archive_read_data_block(im->a, &block, &len, &offset);
+		if (r == ARCHIVE_EOF)
+			break;
+		if (r != ARCHIVE_OK)
+			return al_error_set(err, -EBADMSG, "%s: truncated or damaged data: %s",
+					    quote(raw, q),
+					    archive_error_string(im->a) ? archive_error_string(im->a)
+									: "?");
+		if (offset < 0 || (uint64_t)offset < pos)
+			return al_error_set(err, -EBADMSG, "%s: data out of order (a damaged sparse "
+					    "map)", quote(raw, q));
+		if ((uint64_t)offset > declared || len > declared - (uint64_t)offset)
+			return al_error_set(err, -EBADMSG, "%s: more data than its size",
+					    quote(raw, q));
+		if (im->max_bytes && im->rep.bytes + (uint64_t)offset + len > im->max_bytes)
+			return al_error_set(err, -E2BIG, "%s: more than %" PRIu64 " bytes (--max-bytes)",
+					    quote(raw, q), im->max_bytes);
+		if ((uint64_t)offset > pos) {
+			int rc = import_cuts(im, &have, true, e, &cap, err);
 			if (rc < 0)
 				return rc;
-			if (fresh) {
-				im->rep.chunks_new++;
-				im->rep.bytes_new += cut;
-			}
-			if (st_entry_push_chunk(e, &cap, &id) < 0)
+			if (st_entry_push_hole(e, &hcap, (uint64_t)offset - pos) < 0)
 				return al_error_set(err, -ENOMEM, "out of memory");
-			off += cut;
-			total += cut;
+			pos = (uint64_t)offset;
 		}
-		memmove(im->buf, im->buf + off, have - off);
-		have -= off;
-		if (eof && have == 0)
-			break;
+		const unsigned char *p = block;
+		while (len > 0) {
+			size_t k = 2 * ST_CDC_MAX - have;
+			if (k > len)
+				k = len;
+			memcpy(im->buf + have, p, k);
+			have += k;
+			p += k;
+			len -= k;
+			pos += k;
+			if (have == 2 * ST_CDC_MAX) {
+				int rc = import_cuts(im, &have, false, e, &cap, err);
+				if (rc < 0)
+					return rc;
+			}
+		}
 	}
-	if (total != declared)
+	int rc = import_cuts(im, &have, true, e, &cap, err);
+	if (rc < 0)
+		return rc;
+	/* A sparse entry may end in a hole; any other ending early is cut short. */
+	if (pos < declared && archive_entry_sparse_count(ae) > 0) {
+		if (st_entry_push_hole(e, &hcap, declared - pos) < 0)
+			return al_error_set(err, -ENOMEM, "out of memory");
+		pos = declared;
+	}
+	if (pos != declared)
 		return al_error_set(err, -EBADMSG,
 				    "%s: truncated data (%" PRIu64 " of %" PRIu64 " bytes)",
-				    quote(raw, q), total, declared);
-	e->size = total;
+				    quote(raw, q), pos, declared);
+	e->size = pos;
 	return 0;
 }
 
@@ -616,7 +768,7 @@ static int import_entry(struct import *im, struct archive_entry *ae, struct al_e
 					  quote(raw, q), im->max_bytes);
 			goto fail;
 		}
-		rc = read_data(im, raw, (uint64_t)declared, &e, err);
+		rc = read_data(im, ae, raw, (uint64_t)declared, &e, err);
 		if (rc < 0)
 			goto fail;
 	}
@@ -637,6 +789,7 @@ fail:
 	free(e.path);
 	free(e.target);
 	free(e.chunks);
+	free(e.holes);
 	return rc;
 }
 

@@ -433,6 +433,12 @@ uint32_t st_cas_stored_len(const struct st_cas *c, const struct st_id *id)
 	return pos == SIZE_MAX ? 0 : REC_HDR + c->locs[pos].clen;
 }
 
+uint32_t st_cas_chunk_len(const struct st_cas *c, const struct st_id *id)
+{
+	size_t pos = lookup(c, id);
+	return pos == SIZE_MAX ? 0 : c->locs[pos].ulen;
+}
+
 void st_cas_set_pack_target(struct st_cas *c, size_t bytes)
 {
 	if (bytes < PACK_MAGIC_LEN + 1)

@@ -52,6 +52,8 @@ int st_cas_open_empty(struct st_objstore *os, const char *tenant, int level,
 const char *st_cas_owner(const struct st_cas *c, const struct st_id *id);
 /* The bytes a chunk takes in its pack (record and frame), 0 if absent. */
 uint32_t st_cas_stored_len(const struct st_cas *c, const struct st_id *id);
+/* A chunk's length as its index says (a read checks it), 0 if absent. */
+uint32_t st_cas_chunk_len(const struct st_cas *c, const struct st_id *id);
 
 /* Seals packs once this large instead of ST_PACK_TARGET (clamped to it),
  * for tests that want several packs without writing 32 MiB. */

@@ -27,6 +27,9 @@ struct st_repo_opts {
 	const uint8_t *key;    /* HMAC key, >= ST_HMAC_KEY_MIN bytes */
 	size_t keylen;
 	int level;             /* zstd level; 0: 1 (fast; the store is a little larger than at 3) */
+	/* For the crash tests: a snapshot or commit dies (_exit(99)) at its
+	 * fault_step-th write step (docs/checkpoints.md); 0: never. */
+	int fault_step;
 };
 
 int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_error *err);
@@ -56,6 +59,14 @@ struct st_snapshot_opts {
 	 * mode bit dropped (setuid, setgid, sticky); may be NULL. */
 	void (*report)(const char *path, const char *what, void *ud);
 	void *ud;
+	/*
+	 * The caps of a restore (NULL: its defaults), held before anything is
+	 * read: a tree of more entries, or deeper, or whose files' sizes add
+	 * up to more bytes (holes count: a sparse file is cheap to snapshot
+	 * but may not be to restore where holes are not kept), is refused
+	 * and nothing committed. Entries and depth are at most the defaults.
+	 */
+	const struct st_manifest_limits *limits;
 	/* Threads that read, hash and compress files while this one walks:
 	 * 0 for st_threads(); 1 for none (this thread does it all); at most
 	 * ST_THREADS_MAX. The checkpoint is the same whatever the number. */

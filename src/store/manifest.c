@@ -26,7 +26,8 @@
 #include "common/cleanup.h"
 #include "store/objstore.h"
 
-#define MAGIC_LINE "airlock-manifest 1"
+#define MAGIC_V1 "airlock-manifest 1"
+#define MAGIC_V2 "airlock-manifest 2" /* with holes */
 #define HMAC_PREFIX "hmac "
 #define HMAC_LINE_LEN (sizeof(HMAC_PREFIX) - 1 + 2 * 32 + 1) /* with its LF */
 #define SNIP_MAX 60 /* characters of input an error message may quote */
@@ -226,19 +227,40 @@ static const char *check_fields(const struct st_entry *e, struct check_state *st
 	case ST_DIR:
 	case ST_OPAQUE:
 		break;
-	case ST_FILE:
-		if (e->size == 0 && e->n_chunks != 0)
-			return "an empty file with chunks";
-		if (e->size != 0 && e->n_chunks == 0)
+	case ST_FILE: {
+		/* Holes: in order, never two at one place (they would be one),
+		 * inside the file. What is left is the chunks'. */
+		uint64_t holes = 0;
+		if (e->n_holes && !e->holes)
+			return "no holes";
+		for (size_t k = 0; k < e->n_holes; k++) {
+			const struct st_hole *h = &e->holes[k];
+			if (h->len == 0)
+				return "a hole of no bytes";
+			if (h->at > e->n_chunks)
+				return "a hole past the last chunk";
+			if (k > 0 && h->at <= e->holes[k - 1].at)
+				return "two holes next to each other, or out of order";
+			if (h->len > e->size - holes)
+				return "holes larger than the file";
+			holes += h->len;
+		}
+		uint64_t data = e->size - holes;
+		if (data == 0 && e->n_chunks != 0)
+			return e->n_holes ? "chunks in a file that is all hole" : "an empty file with chunks";
+		if (data != 0 && e->n_chunks == 0)
 			return "a non-empty file without chunks";
-		if (e->size != 0) {
+		if (data != 0) {
 			/* Every chunk holds 1..ST_CHUNK_MAX bytes. */
-			uint64_t least = e->size / ST_CHUNK_MAX + (e->size % ST_CHUNK_MAX != 0);
-			if (e->n_chunks < least || (uint64_t)e->n_chunks > e->size)
+			uint64_t least = data / ST_CHUNK_MAX + (data % ST_CHUNK_MAX != 0);
+			if (e->n_chunks < least || (uint64_t)e->n_chunks > data)
 				return "chunk count does not fit the size";
 			if (!e->chunks)
 				return "no chunk ids";
 		}
+		/* The byte limit counts a file's size, holes and all: what a
+		 * restore or an export may have to produce where holes are not
+		 * kept (docs/checkpoints.md). */
 		if (!count_bytes)
 			break;
 		if (st->max_bytes && e->size > st->max_bytes - st->bytes)
@@ -247,6 +269,7 @@ static const char *check_fields(const struct st_entry *e, struct check_state *st
 			return "sizes overflow";
 		st->bytes += e->size;
 		break;
+	}
 	case ST_SYMLINK:
 		if (!e->target || !e->target[0])
 			return "empty symlink target";
@@ -319,6 +342,58 @@ int st_entry_push_chunk(struct st_entry *e, size_t *cap, const struct st_id *id)
 	}
 	e->chunks[e->n_chunks++] = *id;
 	return 0;
+}
+
+int st_entry_push_hole(struct st_entry *e, size_t *cap, uint64_t len)
+{
+	if (len == 0)
+		return 0;
+	if (e->n_holes && e->holes[e->n_holes - 1].at == e->n_chunks) {
+		/* Right after another hole: one hole. */
+		if (len > UINT64_MAX - e->holes[e->n_holes - 1].len)
+			return -EOVERFLOW;
+		e->holes[e->n_holes - 1].len += len;
+		return 0;
+	}
+	if (e->n_holes == *cap) {
+		size_t nc = *cap ? *cap * 2 : 4;
+		struct st_hole *n = realloc(e->holes, nc * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		e->holes = n;
+		*cap = nc;
+	}
+	e->holes[e->n_holes++] = (struct st_hole){ .at = e->n_chunks, .len = len };
+	return 0;
+}
+
+int st_entry_copy_pieces(struct st_entry *dst, const struct st_entry *src)
+{
+	struct st_id *c = NULL;
+	struct st_hole *h = NULL;
+	if (src->n_chunks && !(c = malloc(src->n_chunks * sizeof(*c))))
+		return -ENOMEM;
+	if (src->n_holes && !(h = malloc(src->n_holes * sizeof(*h)))) {
+		free(c);
+		return -ENOMEM;
+	}
+	if (c)
+		memcpy(c, src->chunks, src->n_chunks * sizeof(*c));
+	if (h)
+		memcpy(h, src->holes, src->n_holes * sizeof(*h));
+	dst->chunks = c;
+	dst->n_chunks = src->n_chunks;
+	dst->holes = h;
+	dst->n_holes = src->n_holes;
+	return 0;
+}
+
+uint64_t st_entry_hole_bytes(const struct st_entry *e)
+{
+	uint64_t n = 0;
+	for (size_t k = 0; k < e->n_holes; k++)
+		n += e->holes[k].len;
+	return n;
 }
 
 /* ---- path sets ---- */
@@ -434,6 +509,7 @@ void st_entries_free(struct st_entry *entries, size_t n)
 		free(entries[i].path);
 		free(entries[i].target);
 		free(entries[i].chunks);
+		free(entries[i].holes);
 	}
 	free(entries);
 }
@@ -454,6 +530,7 @@ static void entry_free(struct st_entry *e)
 	free(e->path);
 	free(e->target);
 	free(e->chunks);
+	free(e->holes);
 	memset(e, 0, sizeof(*e));
 }
 
@@ -582,14 +659,23 @@ static int put_entry(struct buf *b, const struct st_entry *e)
 				e->size);
 		if (r >= 0)
 			r = put_name(b, e->path);
-		if (r >= 0 && e->n_chunks == 0)
+		if (r >= 0 && e->n_chunks == 0 && e->n_holes == 0)
 			r = buf_append(b, " -", 2);
-		for (size_t k = 0; r >= 0 && k < e->n_chunks; k++) {
+		/* Pieces in file order: a hole at k comes before chunk k. */
+		for (size_t k = 0, h = 0, first = 1; r >= 0 && k <= e->n_chunks; k++) {
+			if (h < e->n_holes && e->holes[h].at == k) {
+				r = buf_appendf(b, "%ch%" PRIu64, first ? ' ' : ',', e->holes[h].len);
+				h++;
+				first = 0;
+			}
+			if (r < 0 || k == e->n_chunks)
+				break;
 			char hex[ST_ID_HEX + 1];
 			st_id_hex(&e->chunks[k], hex);
-			r = buf_append_char(b, k == 0 ? ' ' : ',');
+			r = buf_append_char(b, first ? ' ' : ',');
 			if (r >= 0)
 				r = buf_append(b, hex, ST_ID_HEX);
+			first = 0;
 		}
 		break;
 	case ST_SYMLINK:
@@ -652,9 +738,15 @@ int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t ke
 		}
 	}
 
+	/* Version 2 only when a file has a hole: a manifest without stays
+	 * what it always was (and readable by versions that know only 1). */
+	bool holes = false;
+	for (size_t i = 0; i < m->n_entries && !holes; i++)
+		holes = m->entries[i].type == ST_FILE && m->entries[i].n_holes > 0;
 	_cleanup_buf_ struct buf b = BUF_INIT(TEXT_MAX);
-	int r = buf_appendf(&b, MAGIC_LINE "\ntenant %s\nsession %s\nparent %s\n", m->tenant,
-			    m->session, plen ? m->parent : "-");
+	int r = buf_appendf(&b, "%s\ntenant %s\nsession %s\nparent %s\n",
+			    holes ? MAGIC_V2 : MAGIC_V1, m->tenant, m->session,
+			    plen ? m->parent : "-");
 	if (r >= 0 && blen)
 		r = buf_appendf(&b, "base %s %" PRIu64 "\n", m->base, m->base_entries);
 	if (r >= 0 && m->lower[0])
@@ -776,26 +868,52 @@ static bool parse_mode(const char *s, size_t n, uint32_t *ret)
 	return true;
 }
 
-static const char *parse_chunks(const char *s, size_t n, struct st_entry *e)
+/* The pieces of a file: chunk ids and (holes set: version 2) holes. */
+static const char *parse_chunks(const char *s, size_t n, bool holes, struct st_entry *e)
 {
 	if (n == 1 && s[0] == '-')
 		return NULL;
-	size_t count = 1;
-	for (size_t i = 0; i < n; i++)
-		count += s[i] == ',';
-	/* Each id is 64 bytes and a separator: cheap to check before allocating. */
-	if (n != count * (ST_ID_HEX + 1) - 1)
-		return "chunk ids are not 64 hex digits each";
-	e->chunks = calloc(count, sizeof(*e->chunks));
-	if (!e->chunks)
-		return "out of memory";
-	for (size_t k = 0; k < count; k++) {
-		const char *h = s + k * (ST_ID_HEX + 1);
-		if ((k + 1 < count && h[ST_ID_HEX] != ',') || !is_lower_hex(h, ST_ID_HEX) ||
-		    st_id_parse(h, ST_ID_HEX, &e->chunks[k]) < 0)
-			return "chunk ids are not 64 lower-case hex digits each";
+	/* Counted first, so that what is allocated is what the text holds:
+	 * an id takes 65 bytes of it, a hole at least 3 (",h1"). */
+	size_t ids = 0, hs = 0;
+	for (size_t i = 0;;) {
+		const char *c = memchr(s + i, ',', n - i);
+		size_t end = c ? (size_t)(c - s) : n, tl = end - i;
+		if (tl > 0 && s[i] == 'h') {
+			if (!holes)
+				return "a hole in a version 1 manifest";
+			hs++;
+		} else if (tl != ST_ID_HEX) {
+			return "chunk ids are not 64 hex digits each";
+		} else {
+			ids++;
+		}
+		if (!c)
+			break;
+		i = end + 1;
 	}
-	e->n_chunks = count;
+	if (ids && !(e->chunks = calloc(ids, sizeof(*e->chunks))))
+		return "out of memory";
+	if (hs && !(e->holes = calloc(hs, sizeof(*e->holes))))
+		return "out of memory";
+	for (size_t i = 0;;) {
+		const char *c = memchr(s + i, ',', n - i);
+		size_t end = c ? (size_t)(c - s) : n, tl = end - i;
+		if (s[i] == 'h') {
+			uint64_t len;
+			if (!parse_u64(s + i + 1, tl - 1, &len) || len == 0)
+				return "a hole's length is not a count of bytes (1 or more)";
+			e->holes[e->n_holes++] = (struct st_hole){ .at = e->n_chunks, .len = len };
+		} else {
+			if (!is_lower_hex(s + i, ST_ID_HEX) ||
+			    st_id_parse(s + i, ST_ID_HEX, &e->chunks[e->n_chunks]) < 0)
+				return "chunk ids are not 64 lower-case hex digits each";
+			e->n_chunks++;
+		}
+		if (!c)
+			break;
+		i = end + 1;
+	}
 	return NULL;
 }
 
@@ -817,7 +935,8 @@ static size_t split_fields(const char *p, size_t n, const char **f, size_t *fl, 
 }
 
 /* Fills e from an entry line; NULL on success, else why not. */
-static const char *parse_entry(const char *p, size_t n, bool delta, struct st_entry *e)
+static const char *parse_entry(const char *p, size_t n, bool delta, bool holes,
+			       struct st_entry *e)
 {
 	const char *f[7];
 	size_t fl[7];
@@ -869,7 +988,7 @@ static const char *parse_entry(const char *p, size_t n, bool delta, struct st_en
 	const char *why = decode_name(f[4], fl[4], &e->path);
 	if (why)
 		return why;
-	return parse_chunks(f[5], fl[5], e);
+	return parse_chunks(f[5], fl[5], holes, e);
 }
 
 struct line_reader {
@@ -946,8 +1065,10 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 	struct line_reader lr = { .p = text, .end = text + body_len };
 	const char *p = NULL, *v;
 	size_t n = 0, vn;
-	if (!next_line(&lr, &p, &n) || n != strlen(MAGIC_LINE) || memcmp(p, MAGIC_LINE, n) != 0)
-		return bad_line(err, 1, "not an airlock manifest version 1", p, n);
+	bool v2 = false;
+	if (!next_line(&lr, &p, &n) || n != strlen(MAGIC_V1) ||
+	    (memcmp(p, MAGIC_V1, n) != 0 && !(v2 = memcmp(p, MAGIC_V2, n) == 0)))
+		return bad_line(err, 1, "not an airlock manifest version 1 or 2", p, n);
 
 	_cleanup_(st_manifest_freep) struct st_manifest *m = calloc(1, sizeof(*m));
 	if (!m)
@@ -1021,6 +1142,7 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 	}
 
 	/* 3. The entries: count is bounded by the input's lines now. */
+	bool holes = false; /* version 2 is for manifests with a hole */
 	if (count > 0) {
 		m->entries = calloc((size_t)count, sizeof(*m->entries));
 		if (!m->entries)
@@ -1030,13 +1152,17 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 	for (size_t i = 0; i < count; i++) {
 		next_line(&lr, &p, &n);
 		m->n_entries = i + 1; /* so st_manifest_free sees what parse_entry allocated */
-		const char *why = parse_entry(p, n, m->base[0] != '\0', &m->entries[i]);
+		const char *why = parse_entry(p, n, m->base[0] != '\0', v2, &m->entries[i]);
 		if (!why)
 			why = m->base[0] ? check_delta_entry(m->entries, i, &st) :
 					   check_entry(m->entries, i, &st);
 		if (why)
 			return bad_line(err, lr.line, why, p, n);
+		holes = holes || m->entries[i].n_holes;
 	}
+	if (v2 && !holes)
+		return al_error_set(err, -EBADMSG,
+				    "manifest line 1: version 2 without a hole (not canonical)");
 
 	*ret = TAKE_PTR(m);
 	return 0;

@@ -7,7 +7,8 @@
  *
  * Text format, one record per line, LF-terminated, nothing else allowed:
  *
- *   airlock-manifest 1
+ *   airlock-manifest <version>        1, or 2 when (and only when) a file
+ *                                     has a hole (below)
  *   tenant <tenant>
  *   session <session>                 [a-zA-Z0-9._-]{1,64}
  *   parent <checkpoint id | ->
@@ -18,14 +19,19 @@
  *   created <unix seconds>
  *   entries <count>
  *   d <mode> <mtime_ns> <path>
- *   f <mode> <mtime_ns> <size> <path> <chunk-id>[,<chunk-id>...]   ("-" for an empty file)
+ *   f <mode> <mtime_ns> <size> <path> <piece>[,<piece>...]   ("-" for an empty file)
  *   l <mtime_ns> <path> <target>
  *   hmac <hex of HMAC-SHA256(key, every byte before this line)>
  *
  * mode: 4 octal digits of permission bits only (no setuid, setgid or
  * sticky: 0000..0777); mtime_ns: signed decimal nanoseconds; size: decimal.
  * Numbers have no leading zeros ("0" itself aside) and no '+'; "-0" is
- * refused. A file of size s has from ceil(s / ST_CHUNK_MAX) to s chunks.
+ * refused. A file's pieces are, in the order of its bytes, chunk ids (64
+ * lower-case hex digits) and, in version 2, holes "h<length>" (length >= 1:
+ * that many zero bytes that are not stored; a restore leaves them
+ * unallocated). Two holes are never next to each other, and a file of size
+ * s with holes of h bytes in all (h <= s) has from ceil((s - h) /
+ * ST_CHUNK_MAX) to s - h chunks. A file that is all hole is "h<s>".
  * path and target: bytes 0x21..0x7e except '%' and ',' as they are, every
  * other byte as %XX (upper-case hex); no NUL (not even encoded); never
  * empty, at most ST_PATH_MAX bytes decoded.
@@ -71,6 +77,13 @@ enum st_entry_type {
 	ST_WHITEOUT = 'x', /* delta manifests only */
 };
 
+/* A hole in a file: len zero bytes, before its chunk at (0..n_chunks;
+ * n_chunks: at the end). */
+struct st_hole {
+	size_t at;
+	uint64_t len;
+};
+
 struct st_entry {
 	enum st_entry_type type;
 	char *path;         /* decoded, NUL-terminated */
@@ -80,6 +93,8 @@ struct st_entry {
 	uint64_t size;      /* files */
 	struct st_id *chunks;
 	size_t n_chunks;
+	struct st_hole *holes; /* files: sorted by at, no two at the same place */
+	size_t n_holes;
 };
 
 struct st_manifest {
@@ -134,6 +149,13 @@ void st_manifest_free(struct st_manifest *m);
 void st_entries_free(struct st_entry *entries, size_t n);
 /* Appends a chunk id to a file entry; *cap: the room in e->chunks. */
 int st_entry_push_chunk(struct st_entry *e, size_t *cap, const struct st_id *id);
+/* Appends a hole of len bytes (>= 1) after the file's chunks so far (joined
+ * to one already there); *cap: the room in e->holes. */
+int st_entry_push_hole(struct st_entry *e, size_t *cap, uint64_t len);
+/* Copies a file entry's chunks and holes into dst (which has none). */
+int st_entry_copy_pieces(struct st_entry *dst, const struct st_entry *src);
+/* The bytes of a file entry that are holes. */
+uint64_t st_entry_hole_bytes(const struct st_entry *e);
 
 /*
  * The tree of delta (a parsed delta manifest) over base (a parsed full

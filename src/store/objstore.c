@@ -544,11 +544,15 @@ int st_objstore_open_dir(const char *root, struct st_objstore **ret, struct al_e
 {
 	if (!root || !*root)
 		return al_error_set(err, -EINVAL, "object store: no root directory given");
-	if (mkdir(root, 0700) < 0 && errno != EEXIST)
-		return al_error_set_errno(err, -errno, "object store %s: cannot create it", root);
-	_cleanup_close_ int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* Made when absent; no link followed anywhere in the path (a user who
+	 * owns a directory on the way cannot swap in one to root's). */
+	_cleanup_close_ int fd = mkdir_open_no_symlinks(AT_FDCWD, root, 0700);
+	if (fd == -ELOOP)
+		return al_error_set(err, fd,
+				    "object store %s: a symbolic link in the path is not followed "
+				    "(name the real path, with no link in any component)", root);
 	if (fd < 0)
-		return al_error_set_errno(err, -errno, "object store %s", root);
+		return al_error_set_errno(err, fd, "object store %s", root);
 	/* Checked on the descriptor, which is what is used from now on. */
 	struct stat st;
 	if (fstat(fd, &st) < 0)

@@ -9,10 +9,14 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <seccomp.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -290,6 +294,165 @@ static void test_no_fd_leaks(void **state)
 	assert_int_equal(count_open_fds(), before);
 }
 
+/* ---- resolving without links (open_no_symlinks and friends) ---- */
+
+/*
+ * A tree with links where a user who owns a directory could put them:
+ *   a/b/f   a file;  l -> a   a link to a directory;  a/lf -> b/f;
+ *   dang -> a/made   a dangling link (where something could be made).
+ * Every check runs in the caller; check_links_child also in a child where
+ * openat2 fails with ENOSYS (the walk one component at a time).
+ */
+static int check_links(int dirfd, const char *dir, char *why, size_t why_len)
+{
+#define EXPECT(cond)                                                                  \
+	do {                                                                          \
+		if (!(cond)) {                                                        \
+			snprintf(why, why_len, "line %d: %s", __LINE__, #cond);       \
+			return -1;                                                    \
+		}                                                                     \
+	} while (0)
+	int fd;
+	char abs[PATH_MAX];
+	snprintf(abs, sizeof(abs), "%s/a/b/f", dir);
+	fd = open_no_symlinks(dirfd, "a/b/f", O_RDONLY, 0);
+	EXPECT(fd >= 0 && (fcntl(fd, F_GETFD) & FD_CLOEXEC));
+	close(fd);
+	fd = open_no_symlinks(AT_FDCWD, abs, O_RDONLY, 0);
+	EXPECT(fd >= 0);
+	close(fd);
+	fd = open_no_symlinks(dirfd, "a/./b/../b/f", O_RDONLY, 0);
+	EXPECT(fd >= 0);
+	close(fd);
+	fd = open_no_symlinks(dirfd, "a/b/", O_RDONLY | O_DIRECTORY, 0);
+	EXPECT(fd >= 0);
+	close(fd);
+	fd = open_no_symlinks(dirfd, "a//b", O_PATH | O_DIRECTORY, 0);
+	EXPECT(fd >= 0);
+	close(fd);
+	/* A link anywhere: in the middle, last, last with a trailing slash. */
+	EXPECT(open_no_symlinks(dirfd, "l/b/f", O_RDONLY, 0) == -ELOOP);
+	snprintf(abs, sizeof(abs), "%s/l/b/f", dir);
+	EXPECT(open_no_symlinks(AT_FDCWD, abs, O_RDONLY, 0) == -ELOOP);
+	EXPECT(open_no_symlinks(dirfd, "a/lf", O_RDONLY, 0) == -ELOOP);
+	EXPECT(open_no_symlinks(dirfd, "l", O_RDONLY | O_DIRECTORY, 0) == -ELOOP);
+	EXPECT(open_no_symlinks(dirfd, "l/", O_RDONLY | O_DIRECTORY, 0) == -ELOOP);
+	EXPECT(open_no_symlinks(dirfd, "l/", O_PATH | O_DIRECTORY, 0) == -ELOOP);
+	EXPECT(open_no_symlinks(dirfd, "l", O_PATH, 0) == -ELOOP);
+	EXPECT(open_no_symlinks(dirfd, "dang", O_RDONLY, 0) == -ELOOP);
+	/* Magic links too (and /proc/self is a link itself). */
+	char proc[64];
+	snprintf(proc, sizeof(proc), "/proc/%d/fd/%d", (int)getpid(), dirfd);
+	EXPECT(open_no_symlinks(AT_FDCWD, proc, O_RDONLY | O_DIRECTORY, 0) == -ELOOP);
+	EXPECT(open_no_symlinks(AT_FDCWD, "/proc/self/status", O_RDONLY, 0) == -ELOOP);
+	EXPECT(open_no_symlinks(dirfd, "a/b/f/", O_RDONLY, 0) == -ENOTDIR);
+	EXPECT(open_no_symlinks(dirfd, "missing", O_RDONLY, 0) == -ENOENT);
+	EXPECT(open_no_symlinks(dirfd, "", O_RDONLY, 0) == -ENOENT);
+
+	/* The parent of a path, and its last component. */
+	char name[NAME_MAX + 1];
+	bool dir_only = true;
+	fd = open_parent_no_symlinks(dirfd, "a/b/new", name, sizeof(name), &dir_only);
+	EXPECT(fd >= 0 && strcmp(name, "new") == 0 && !dir_only);
+	EXPECT(mkdirat(fd, name, 0700) == 0);
+	close(fd);
+	EXPECT(faccessat(dirfd, "a/b/new", F_OK, AT_SYMLINK_NOFOLLOW) == 0);
+	EXPECT(unlinkat(dirfd, "a/b/new", AT_REMOVEDIR) == 0);
+	fd = open_parent_no_symlinks(dirfd, "a/b//", name, sizeof(name), &dir_only);
+	EXPECT(fd >= 0 && strcmp(name, "b") == 0 && dir_only);
+	close(fd);
+	fd = open_parent_no_symlinks(AT_FDCWD, "/x", name, sizeof(name), NULL);
+	EXPECT(fd >= 0 && strcmp(name, "x") == 0);
+	close(fd);
+	fd = open_parent_no_symlinks(dirfd, "top", name, sizeof(name), NULL);
+	EXPECT(fd >= 0 && strcmp(name, "top") == 0);
+	struct stat a, b;
+	EXPECT(fstat(fd, &a) == 0 && fstat(dirfd, &b) == 0 && a.st_ino == b.st_ino);
+	close(fd);
+	EXPECT(open_parent_no_symlinks(dirfd, "l/new", name, sizeof(name), NULL) == -ELOOP);
+	EXPECT(open_parent_no_symlinks(dirfd, "l/b/new", name, sizeof(name), NULL) == -ELOOP);
+	EXPECT(open_parent_no_symlinks(dirfd, "/", name, sizeof(name), NULL) == -EINVAL);
+	EXPECT(open_parent_no_symlinks(dirfd, "", name, sizeof(name), NULL) == -EINVAL);
+	EXPECT(open_parent_no_symlinks(dirfd, "a/..", name, sizeof(name), NULL) == -EINVAL);
+	EXPECT(open_parent_no_symlinks(dirfd, "a/.", name, sizeof(name), NULL) == -EINVAL);
+	EXPECT(open_parent_no_symlinks(dirfd, "a/abcdef", name, 4, NULL) == -ENAMETOOLONG);
+
+	/* Making a directory: never through a link, never at one. */
+	fd = mkdir_open_no_symlinks(dirfd, "a/made", 0700);
+	EXPECT(fd >= 0);
+	close(fd);
+	fd = mkdir_open_no_symlinks(dirfd, "a/made/", 0700); /* exists: opened */
+	EXPECT(fd >= 0);
+	close(fd);
+	EXPECT(unlinkat(dirfd, "a/made", AT_REMOVEDIR) == 0);
+	EXPECT(mkdir_open_no_symlinks(dirfd, "l/made", 0700) == -ELOOP);
+	EXPECT(mkdir_open_no_symlinks(dirfd, "dang", 0700) == -ELOOP);
+	EXPECT(mkdir_open_no_symlinks(dirfd, "dang/", 0700) == -ELOOP);
+	EXPECT(faccessat(dirfd, "a/made", F_OK, AT_SYMLINK_NOFOLLOW) < 0);
+	EXPECT(mkdir_open_no_symlinks(dirfd, "a/b/f", 0700) == -ENOTDIR);
+	EXPECT(mkdir_open_no_symlinks(dirfd, "no/such", 0700) == -ENOENT);
+	fd = mkdir_open_no_symlinks(AT_FDCWD, "/", 0700);
+	EXPECT(fd >= 0);
+	close(fd);
+	return 0;
+#undef EXPECT
+}
+
+static void make_link_tree(int dirfd)
+{
+	assert_int_equal(mkdirat(dirfd, "a", 0700), 0);
+	assert_int_equal(mkdirat(dirfd, "a/b", 0700), 0);
+	put(dirfd, "a/b/f", "f", 1);
+	assert_int_equal(symlinkat("a", dirfd, "l"), 0);
+	assert_int_equal(symlinkat("b/f", dirfd, "a/lf"), 0);
+	assert_int_equal(symlinkat("a/made", dirfd, "dang"), 0);
+}
+
+static void test_open_no_symlinks(void **state)
+{
+	struct tmp *t = *state;
+	make_link_tree(t->dirfd);
+	char why[256] = "";
+	int before = count_open_fds();
+	if (check_links(t->dirfd, t->dir, why, sizeof(why)) < 0)
+		fail_msg("%s", why);
+	assert_int_equal(count_open_fds(), before);
+}
+
+/* The same where openat2 is missing (ENOSYS, as under an old seccomp
+ * profile): the walk one O_NOFOLLOW component at a time. */
+static void test_open_no_symlinks_without_openat2(void **state)
+{
+	struct tmp *t = *state;
+	make_link_tree(t->dirfd);
+	int p[2];
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char why[256] = "";
+		scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+		if (!ctx || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+		    seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0) < 0 ||
+		    seccomp_load(ctx) < 0)
+			snprintf(why, sizeof(why), "cannot install the filter");
+		else if (syscall(SYS_openat2, AT_FDCWD, "/", NULL, 0) >= 0 || errno != ENOSYS)
+			snprintf(why, sizeof(why), "openat2 still there");
+		else
+			check_links(t->dirfd, t->dir, why, sizeof(why));
+		(void)!write(p[1], why, strlen(why));
+		_exit(why[0] ? 1 : 0);
+	}
+	close(p[1]);
+	char msg[256] = "";
+	(void)!read(p[0], msg, sizeof(msg) - 1);
+	close(p[0]);
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("without openat2: %s", msg[0] ? msg : "the child died");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -303,6 +466,9 @@ int main(void)
 						teardown_tmp),
 		cmocka_unit_test_setup_teardown(test_write_file_at, setup_tmp, teardown_tmp),
 		cmocka_unit_test_setup_teardown(test_no_fd_leaks, setup_tmp, teardown_tmp),
+		cmocka_unit_test_setup_teardown(test_open_no_symlinks, setup_tmp, teardown_tmp),
+		cmocka_unit_test_setup_teardown(test_open_no_symlinks_without_openat2, setup_tmp,
+						teardown_tmp),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

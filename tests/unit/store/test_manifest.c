@@ -857,6 +857,114 @@ static void test_delta_refused(void **state)
 			 -EINVAL);
 }
 
+/* ---- holes (version 2) ---- */
+
+#define HEADER2(n)                                                                               \
+	"airlock-manifest 2\ntenant acme\nsession s-1\nparent -\ncreated 1700000000\nentries " n \
+	"\n"
+
+static void holes_fail(const char *line, const char *why)
+{
+	struct buf b = BUF_INIT(1 << 16);
+	assert_int_equal(buf_appendf(&b, HEADER2("1") "%s\n", line), 0);
+	size_t len;
+	char *text = sign_with(b.data, b.len, key, &len);
+	expect_fail(text, len, NULL, -EBADMSG, why);
+	free(text);
+	buf_free(&b);
+}
+
+static void test_holes(void **state)
+{
+	/* Holes before, between and after chunks; a file that is all hole. */
+	static const char body[] =
+		HEADER2("4")
+		"f 0644 0 15000000000000 all-hole h15000000000000\n"
+		"f 0644 0 4194311 mixed h4194304," ID1 ",h2," ID2 ",h1\n"
+		"f 0644 0 10 plain " ID1 "\n"
+		"f 0644 0 0 zero -\n";
+	size_t len;
+	char *text = sign(body, &len);
+	struct st_manifest *m = parse_ok(text, len, NULL);
+	assert_int_equal(m->n_entries, 4);
+	const struct st_entry *a = &m->entries[0], *x = &m->entries[1];
+	assert_int_equal(a->n_chunks, 0);
+	assert_int_equal(a->n_holes, 1);
+	assert_int_equal(a->holes[0].at, 0);
+	assert_true(a->holes[0].len == 15000000000000ull);
+	assert_int_equal(x->n_chunks, 2);
+	assert_int_equal(x->n_holes, 3);
+	assert_int_equal(x->holes[0].at, 0);
+	assert_int_equal(x->holes[0].len, 4194304);
+	assert_int_equal(x->holes[1].at, 1);
+	assert_int_equal(x->holes[1].len, 2);
+	assert_int_equal(x->holes[2].at, 2);
+	assert_int_equal(x->holes[2].len, 1);
+	assert_int_equal(st_entry_hole_bytes(x), 4194307);
+	assert_int_equal(m->entries[2].n_holes, 0);
+	/* Written back byte for byte. */
+	char *again = NULL;
+	size_t alen = 0;
+	struct al_error err = { 0 };
+	assert_int_equal(st_manifest_write(m, key, sizeof(key), &again, &alen, &err), 0);
+	assert_int_equal(alen, len);
+	assert_memory_equal(again, text, len);
+	free(again);
+
+	/* Without a hole the writer says version 1, as it always did. */
+	struct st_entry *xe = &m->entries[1];
+	free(xe->holes);
+	xe->holes = NULL;
+	xe->n_holes = 0;
+	xe->size = 4;
+	free(m->entries[0].holes);
+	m->entries[0].holes = NULL;
+	m->entries[0].n_holes = 0;
+	m->entries[0].size = 0;
+	assert_int_equal(st_manifest_write(m, key, sizeof(key), &again, &alen, &err), 0);
+	assert_memory_equal(again, "airlock-manifest 1\n", 19);
+	free(again);
+	st_manifest_free(m);
+	free(text);
+
+	/* The byte limit counts a file's size, holes and all. */
+	text = sign(HEADER2("1") "f 0644 0 15000000000000 h h15000000000000\n", &len);
+	struct st_manifest_limits lim = { .max_bytes = 1ull << 30 };
+	expect_fail(text, len, &lim, -EBADMSG, "byte limit");
+	free(text);
+
+	/* Version 2 holds at least one hole; version 1 none. */
+	text = sign(HEADER2("1") "f 0644 0 10 plain " ID1 "\n", &len);
+	expect_fail(text, len, NULL, -EBADMSG, "version 2 without a hole");
+	free(text);
+	text = signed_entries("f 0644 0 10 f h5," ID1 "\n", &len);
+	expect_fail(text, len, NULL, -EBADMSG, "a hole in a version 1 manifest");
+	free(text);
+	text = sign("airlock-manifest 3\ntenant acme\nsession s-1\nparent -\ncreated 1\n"
+		    "entries 0\n", &len);
+	expect_fail(text, len, NULL, -EBADMSG, "version 1 or 2");
+	free(text);
+
+	/* Holes the writer never makes. */
+	holes_fail("f 0644 0 10 f h5,h5", "next to each other");
+	holes_fail("f 0644 0 10 f h0," ID1, "hole's length");
+	holes_fail("f 0644 0 10 f h," ID1, "hole's length");
+	holes_fail("f 0644 0 10 f h05," ID1, "hole's length");
+	holes_fail("f 0644 0 10 f h-5," ID1, "hole's length");
+	holes_fail("f 0644 0 10 f hx," ID1, "hole's length");
+	holes_fail("f 0644 0 10 f h11", "holes larger than the file");
+	holes_fail("f 0644 0 10 f h10," ID1, "chunks in a file that is all hole");
+	holes_fail("f 0644 0 10 f h9", "a non-empty file without chunks");
+	holes_fail("f 0644 0 0 f h1", "holes larger than the file");
+	holes_fail("f 0644 0 3 f h1," ID1 "," ID2 "," ID1, "chunk count does not fit");
+	holes_fail("f 0644 0 10 f " ID1 ",,h1", "64 hex digits");
+	holes_fail("f 0644 0 10 f " ID1 ",h1,", "64 hex digits");
+	holes_fail("f 0644 0 18446744073709551615 f h18446744073709551615,h1", "next to each other");
+	holes_fail("f 0644 0 18446744073709551615 f h18446744073709551615," ID1 ",h1",
+		   "holes larger than the file");
+	holes_fail("d 0755 0 d h1", "wrong number of fields");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -876,6 +984,7 @@ int main(void)
 		cmocka_unit_test(test_million_entries),
 		cmocka_unit_test(test_delta_round_trip_and_apply),
 		cmocka_unit_test(test_delta_refused),
+		cmocka_unit_test(test_holes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

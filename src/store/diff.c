@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The difference of two checkpoints: A/D/M lines, and unified diffs of
+ * changed text files. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cleanup.h"
+#include "store/internal.h"
+#include "store/textdiff.h"
+
+static bool same_chunks(const struct st_entry *a, const struct st_entry *b)
+{
+	if (a->n_chunks != b->n_chunks || a->n_holes != b->n_holes ||
+	    (a->n_chunks && memcmp(a->chunks, b->chunks, a->n_chunks * sizeof(*a->chunks)) != 0))
+		return false;
+	for (size_t k = 0; k < a->n_holes; k++)
+		if (a->holes[k].at != b->holes[k].at || a->holes[k].len != b->holes[k].len)
+			return false;
+	return true;
+}
+
+/* Appends n zero bytes (a hole; the caller checked the size). */
+static int append_zeros(struct buf *b, uint64_t n)
+{
+	static const char zeros[4096];
+	while (n > 0) {
+		size_t k = n < sizeof(zeros) ? (size_t)n : sizeof(zeros);
+		if (buf_append(b, zeros, k) < 0)
+			return -ENOMEM;
+		n -= k;
+	}
+	return 0;
+}
+
+static int load_file(struct st_repo *r, const struct st_entry *e, struct buf *b,
+		     struct al_error *err)
+{
+	size_t h = 0;
+	for (size_t i = 0; i <= e->n_chunks; i++) {
+		if (h < e->n_holes && e->holes[h].at == i && append_zeros(b, e->holes[h++].len) < 0)
+			return 1; /* over the diff limit: not diffed */
+		if (i == e->n_chunks)
+			break;
+		void *data = NULL;
+		size_t len = 0;
+		int rc = st_cas_get(r->cas, &e->chunks[i], &data, &len, err);
+		if (rc < 0)
+			return rc;
+		rc = buf_append(b, data, len);
+		free(data);
+		if (rc < 0)
+			return 1; /* over the diff limit: not diffed */
+	}
+	return 0;
+}
+
+static int diff_text(struct st_repo *r, const struct st_entry *a, const struct st_entry *b,
+		     struct buf *out, struct al_error *err)
+{
+	if (a->size > ST_DIFF_MAX_INPUT || b->size > ST_DIFF_MAX_INPUT)
+		return buf_appendf(out, "Files a/%s and b/%s differ (too large to diff)\n", a->path,
+				   b->path) < 0 ? -ENOMEM : 0;
+	struct buf ba = BUF_INIT(ST_DIFF_MAX_INPUT), bb = BUF_INIT(ST_DIFF_MAX_INPUT);
+	int rc = load_file(r, a, &ba, err);
+	if (rc == 0)
+		rc = load_file(r, b, &bb, err);
+	if (rc == 0) {
+		int d = st_textdiff(ba.data ? ba.data : "", ba.len, bb.data ? bb.data : "", bb.len,
+				    b->path, out);
+		rc = d < 0 ? al_error_set(err, d, "cannot diff %s", b->path) : 0;
+	}
+	buf_free(&ba);
+	buf_free(&bb);
+	return rc < 0 ? rc : 0;
+}
+
+int st_diff(struct st_repo *r, const char *a, const char *b, bool with_text, struct buf *out,
+	    struct al_error *err)
+{
+	struct st_manifest *ma = NULL, *mb = NULL;
+	_cleanup_close_ int lock = -1;
+	int rc = with_text ? st_repo_lock_writer(r, &lock, err) : 0;
+	if (rc < 0)
+		return rc;
+	rc = st_manifest_load(r, a, NULL, &ma, err);
+	if (rc == 0)
+		rc = st_manifest_load(r, b, NULL, &mb, err);
+	size_t i = 0, j = 0;
+	while (rc == 0 && (i < ma->n_entries || j < mb->n_entries)) {
+		const struct st_entry *ea = i < ma->n_entries ? &ma->entries[i] : NULL;
+		const struct st_entry *eb = j < mb->n_entries ? &mb->entries[j] : NULL;
+		int c = !ea ? 1 : !eb ? -1 : st_path_cmp(ea->path, eb->path);
+		if (c < 0) {
+			rc = buf_appendf(out, "D %s\n", ea->path) < 0 ? -ENOMEM : 0;
+			i++;
+		} else if (c > 0) {
+			rc = buf_appendf(out, "A %s\n", eb->path) < 0 ? -ENOMEM : 0;
+			j++;
+		} else {
+			bool changed = ea->type != eb->type || ea->mode != eb->mode ||
+				       (ea->type == ST_FILE && (ea->size != eb->size || !same_chunks(ea, eb))) ||
+				       (ea->type == ST_SYMLINK && strcmp(ea->target, eb->target) != 0);
+			if (changed) {
+				rc = buf_appendf(out, "M %s\n", eb->path) < 0 ? -ENOMEM : 0;
+				if (rc == 0 && with_text && ea->type == ST_FILE && eb->type == ST_FILE &&
+				    !same_chunks(ea, eb))
+					rc = diff_text(r, ea, eb, out, err);
+			}
+			i++;
+			j++;
+		}
+		if (rc == -ENOMEM)
+			rc = al_error_set(err, rc, "the diff is too large");
+	}
+	st_manifest_free(ma);
+	st_manifest_free(mb);
+	return rc;
+}

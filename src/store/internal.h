@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * What the files of a repository share (repo.c, statcache.c, snapshot.c,
+ * layer.c, commit.c, restore.c, diff.c). Not an interface: nothing outside
+ * src/store includes it.
+ *
+ * Objects of a tenant T (see objstore.h for the key rules):
+ *   tenants/T/packs/<pack>, tenants/T/index/<pack>  chunks (cas.c)
+ *   tenants/T/manifests/<id>                        manifests (manifest.h)
+ *   tenants/T/sessions/<s>/latest                   the session's last checkpoint id
+ *   tenants/T/sessions/<s>/log/<created>-<id>       every checkpoint of the session
+ *   tenants/T/sessions/<s>/statcache                what the last snapshot saw on disk
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "store/cas.h"
+#include "store/checkpoint.h"
+#include "store/manifest.h"
+#include "store/objstore.h"
+
+#define ST_MANIFEST_OBJ_MAX (512u << 20)
+#define ST_STATCACHE_MAX (512u << 20)
+
+struct st_repo {
+	struct st_objstore *os;
+	struct st_cas *cas;
+	char tenant[ST_TENANT_MAX + 1];
+	uint8_t *key;
+	size_t keylen;
+	int level;
+	int fault_step; /* st_repo_opts.fault_step; 0: none */
+};
+
+/*
+ * Fault injection for the crash tests (st_repo_opts.fault_step): the
+ * process dies at the step-th write step of one commit. One of these per
+ * commit; the repository holds only the (fixed) step.
+ */
+struct st_fault {
+	int step; /* 0: never */
+	int count;
+};
+
+static inline struct st_fault st_fault_start(const struct st_repo *r)
+{
+	return (struct st_fault){ .step = r->fault_step };
+}
+
+void st_fault_point(struct st_fault *f);
+
+/* The error for a caller's path that open_no_symlinks (common/fdutil.h)
+ * refused or could not open: what it is, the path, and why. */
+int st_path_error(struct al_error *err, int r, const char *what, const char *path);
+
+bool st_session_valid(const char *s);
+bool st_id_valid(const char *id);
+int st_session_error(const char *session, struct al_error *err);
+
+/* "tenants/<tenant>/" + the formatted rest, into out. */
+int st_repo_key(char *out, size_t size, const struct st_repo *r, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Loads and checks a manifest as it is stored: a delta's entries are its
+ * changes (st_manifest_load applies them). */
+int st_manifest_load_raw(struct st_repo *r, const char *id,
+			 const struct st_manifest_limits *limits, struct st_manifest **ret,
+			 struct al_error *err);
+
+/* Binary search of an array sorted by st_path_cmp on a char * member. */
+const void *st_find_path(const void *base, size_t n, size_t size, size_t path_off,
+			 const char *path);
+const struct st_entry *st_manifest_find(const struct st_manifest *m, const char *path);
+
+int st_entry_cmp(const void *a, const void *b);
+
+static inline int64_t st_ts_ns(struct timespec t)
+{
+	return (int64_t)t.tv_sec * 1000000000ll + t.tv_nsec;
+}
+
+/* ---- the stat cache (statcache.c) ---- */
+
+struct st_stat_rec {
+	char *path;
+	uint64_t ino;
+	int64_t ctime_ns, mtime_ns;
+	uint64_t size;
+};
+
+struct st_statcache {
+	uint64_t dev, root_ino;
+	int64_t start_ns;
+	struct st_stat_rec *recs; /* sorted by path */
+	size_t n;
+};
+
+/* A missing or unreadable cache is no error: it comes back empty. Nor is
+ * one of another tree (device and root inode): it is not parsed further. */
+void st_statcache_load(struct st_repo *r, const char *session, const struct stat *root,
+		       struct st_statcache *sc);
+void st_statcache_free(struct st_statcache *sc);
+const struct st_stat_rec *st_statcache_find(const struct st_statcache *sc, const char *path);
+/* The first line of a new cache, and one line per file. */
+int st_statcache_header(struct buf *b, const struct stat *root, int64_t start_ns);
+int st_statcache_line(struct buf *b, const struct stat *st, const char *path);
+
+/* ---- commits (commit.c) ---- */
+
+/* What a layered snapshot's manifest names besides its tree. */
+struct st_layer_head {
+	const char *base; /* NULL: a full manifest */
+	uint64_t base_entries;
+	const char *lower;
+};
+
+/*
+ * Stores entries (sorted here) as the session's next checkpoint: chunks
+ * first, then what refers to them. cache: the new stat cache, or NULL to
+ * drop the session's (it would describe another tree).
+ */
+int st_commit_entries(struct st_repo *r, struct st_fault *f, const char *session,
+		      const char *parent, const struct st_layer_head *lh, struct st_entry *entries,
+		      size_t n, struct timespec now, const struct buf *cache,
+		      char out_id[ST_ID_HEX + 1], struct al_error *err);
+
+/* ---- layered workspaces (layer.c) ---- */
+
+/* The kind of an upper-layer entry: whiteout (1), plain (0), or an
+ * overlayfs feature a snapshot cannot read (-errno with err set). */
+int st_layer_kind(bool user, int dirfd, const char *name, const char *path,
+		  const struct stat *st, struct al_error *err);
+/* Whether an upper-layer directory hides what the lower one has (1), not
+ * (0), or uses a feature a snapshot cannot read (-errno with err set). */
+int st_layer_opaque(bool user, int fd, const char *path, struct al_error *err);
+
+/*
+ * One delta from two: lops, the changes of the lower layer's checkpoint
+ * over its base (none when that checkpoint is the base), then up, what
+ * the upper layer holds (sorted). Moves entries out of both (what stays
+ * behind is zeroed or freed); *ret is the delta over the same base.
+ */
+int st_layer_compose(struct st_entry *lops, size_t nl, struct st_entry *up, size_t nu,
+		     struct st_entry **ret, size_t *ret_n);
+
+/*
+ * Commits the delta *entries (sorted) over lh->base, or, when it has grown
+ * large against the base or its tree could pass the entry limit, the
+ * whole tree as a full manifest (applying it checks limits: nothing is
+ * committed that could not be loaded under them). With a byte limit, the
+ * tree's bytes are counted (the base is read) and held to it whatever is
+ * stored. *entries and *n may be replaced.
+ */
+int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session,
+		    const char *parent, const struct st_layer_head *lh,
+		    const struct st_manifest_limits *limits, struct st_entry **entries, size_t *n,
+		    struct timespec now, const struct buf *cache, char out_id[ST_ID_HEX + 1],
+		    struct al_error *err);

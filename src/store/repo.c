@@ -1,0 +1,367 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A repository: one tenant's part of an object store, its chunk store and
+ * the key of its manifests; sessions' references and loading manifests.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/fdutil.h"
+#include "common/parse.h"
+#include "store/internal.h"
+
+#define KEY_MAX 1024
+
+/* ---- threads ---- */
+
+int st_threads(unsigned *ret, struct al_error *err)
+{
+	const char *s = getenv("AIRLOCK_STORE_THREADS");
+	uint64_t v;
+	if (s && *s) {
+		if (parse_u64(s, &v) < 0 || v == 0 || v > ST_THREADS_MAX)
+			return al_error_set(err, -EINVAL,
+					    "AIRLOCK_STORE_THREADS wants a thread count from 1 to %d, "
+					    "not '%s'", ST_THREADS_MAX, s);
+		*ret = (unsigned)v;
+		return 0;
+	}
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	*ret = n < 1 ? 1 : n > ST_THREADS_DEFAULT_MAX ? ST_THREADS_DEFAULT_MAX : (unsigned)n;
+	return 0;
+}
+
+/* ---- fault injection for the crash tests (see tests/integration/test_checkpoint.py) ---- */
+
+void st_fault_point(struct st_fault *f)
+{
+	if (f && f->step > 0 && ++f->count == f->step)
+		_exit(99);
+}
+
+/* ---- names ---- */
+
+int st_path_error(struct al_error *err, int r, const char *what, const char *path)
+{
+	if (r == -ELOOP)
+		return al_error_set(err, r,
+				    "%s %s: a symbolic link in the path is not followed (name the "
+				    "real path, with no link in any component)", what, path);
+	if (r == -EINVAL)
+		return al_error_set(err, r, "%s %s: not a path to a file or directory", what,
+				    path);
+	return al_error_set_errno(err, r, "%s %s", what, path);
+}
+
+bool st_session_valid(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > ST_SESSION_MAX || s[0] == '.' || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+		      c == '.'))
+			return false;
+	}
+	return true;
+}
+
+int st_session_error(const char *session, struct al_error *err)
+{
+	return al_error_set(err, -EINVAL, "session '%s': expected 1 to %d of [a-z0-9._-]",
+			    session, ST_SESSION_MAX);
+}
+
+bool st_id_valid(const char *id)
+{
+	if (strlen(id) != ST_ID_HEX)
+		return false;
+	for (size_t i = 0; i < ST_ID_HEX; i++)
+		if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* ---- repository ---- */
+
+int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_error *err)
+{
+	if (!st_tenant_valid(o->tenant))
+		return al_error_set(err, -EINVAL, "tenant '%s': expected 1 to %d of [a-z0-9_-]",
+				    o->tenant, ST_TENANT_MAX);
+	if (!o->key || o->keylen < ST_HMAC_KEY_MIN)
+		return al_error_set(err, -EINVAL, "the checkpoint key is shorter than %d bytes",
+				    ST_HMAC_KEY_MIN);
+	struct st_repo *r = calloc(1, sizeof(*r));
+	if (!r)
+		return al_error_set(err, -ENOMEM, "out of memory");
+	snprintf(r->tenant, sizeof(r->tenant), "%s", o->tenant);
+	r->key = malloc(o->keylen);
+	if (!r->key) {
+		free(r);
+		return al_error_set(err, -ENOMEM, "out of memory");
+	}
+	memcpy(r->key, o->key, o->keylen);
+	r->keylen = o->keylen;
+	r->level = o->level ? o->level : 1;
+	r->fault_step = o->fault_step > 0 ? o->fault_step : 0;
+	int rc = st_objstore_open_dir(o->store_dir, &r->os, err);
+	if (rc == 0)
+		rc = st_cas_open(r->os, r->tenant, r->level, &r->cas, err);
+	if (rc < 0) {
+		st_repo_close(r);
+		return rc;
+	}
+	*ret = r;
+	return 0;
+}
+
+struct st_cas *st_repo_cas(struct st_repo *r)
+{
+	return r->cas;
+}
+
+struct st_objstore *st_repo_objstore(struct st_repo *r)
+{
+	return r->os;
+}
+
+const char *st_repo_tenant(const struct st_repo *r)
+{
+	return r->tenant;
+}
+
+int st_repo_lock_writer(struct st_repo *r, int *ret_fd, struct al_error *err)
+{
+	_cleanup_close_ int fd = -1;
+	int rc = st_objstore_lock(r->os, false, &fd, err);
+	if (rc < 0)
+		return rc;
+	struct st_cas_stats cs;
+	st_cas_stats(r->cas, &cs);
+	if (cs.chunks_new == 0 && cs.packs_written == 0) {
+		struct st_cas *fresh = NULL;
+		rc = st_cas_open(r->os, r->tenant, r->level, &fresh, err);
+		if (rc < 0)
+			return rc;
+		st_cas_close(r->cas);
+		r->cas = fresh;
+	}
+	*ret_fd = TAKE_FD(fd);
+	return 0;
+}
+
+void st_repo_close(struct st_repo *r)
+{
+	if (!r)
+		return;
+	st_cas_close(r->cas);
+	st_objstore_close(r->os);
+	if (r->key) {
+		explicit_bzero(r->key, r->keylen);
+		free(r->key);
+	}
+	free(r);
+}
+
+int st_key_load(const char *path, bool create, uint8_t **ret, size_t *ret_len,
+		struct al_error *err)
+{
+	/* The key's directory without following a link (a user who owns one
+	 * on the way cannot point it at a file of root's), then the key
+	 * relative to it. */
+	char name[NAME_MAX + 1];
+	bool dir_only = false;
+	_cleanup_close_ int dfd = open_parent_no_symlinks(AT_FDCWD, path, name, sizeof(name),
+							  &dir_only);
+	if (dfd < 0)
+		return st_path_error(err, dfd, "the key", path);
+	if (dir_only)
+		return al_error_set(err, -EISDIR, "the key %s: names a directory", path);
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0 && errno == ENOENT && create) {
+		uint8_t k[32];
+		if (getrandom(k, sizeof(k), 0) != (ssize_t)sizeof(k))
+			return al_error_set_errno(err, -EIO, "cannot make a key");
+		fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		int r = fd < 0 ? -errno : write_full(fd, k, sizeof(k));
+		if (fd >= 0 && r == 0 && fsync(fd) < 0)
+			r = -errno;
+		if (fd >= 0)
+			close(fd);
+		explicit_bzero(k, sizeof(k));
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot write the key %s", path);
+		fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	}
+	if (fd < 0)
+		return st_path_error(err, -errno, "cannot open the key", path);
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (st.st_mode & 077) ||
+	    st.st_uid != geteuid()) {
+		close(fd);
+		return al_error_set(err, -EPERM,
+				    "the key %s must be a regular file of yours with mode 0600", path);
+	}
+	uint8_t *k = malloc(KEY_MAX + 1);
+	ssize_t n = k ? read_full(fd, k, KEY_MAX + 1) : -ENOMEM;
+	close(fd);
+	if (n < ST_HMAC_KEY_MIN || n > KEY_MAX) {
+		if (k) {
+			explicit_bzero(k, KEY_MAX + 1);
+			free(k);
+		}
+		return al_error_set(err, -EINVAL, "the key %s must hold %d to %d bytes", path,
+				    ST_HMAC_KEY_MIN, KEY_MAX);
+	}
+	*ret = k;
+	*ret_len = (size_t)n;
+	return 0;
+}
+
+int st_repo_key(char *out, size_t size, const struct st_repo *r, const char *fmt, ...)
+{
+	int n = snprintf(out, size, "tenants/%s/", r->tenant);
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	va_list ap;
+	va_start(ap, fmt);
+	int m = vsnprintf(out + n, size - (size_t)n, fmt, ap);
+	va_end(ap);
+	return m < 0 || (size_t)m >= size - (size_t)n ? -ENAMETOOLONG : 0;
+}
+
+int st_session_latest(struct st_repo *r, const char *session, char out[ST_ID_HEX + 1],
+		      struct al_error *err)
+{
+	out[0] = '\0';
+	if (!st_session_valid(session))
+		return st_session_error(session, err);
+	char key[ST_KEY_MAX + 1];
+	if (st_repo_key(key, sizeof(key), r, "sessions/%s/latest", session) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "session name too long");
+	int e = st_obj_exists(r->os, key, err);
+	if (e <= 0)
+		return e;
+	void *data = NULL;
+	size_t len = 0;
+	int rc = st_obj_get(r->os, key, ST_ID_HEX + 1, &data, &len, err);
+	if (rc < 0)
+		return rc;
+	if (len != ST_ID_HEX + 1 || ((char *)data)[ST_ID_HEX] != '\n') {
+		free(data);
+		return al_error_set(err, -EBADMSG, "%s: not a checkpoint id", key);
+	}
+	memcpy(out, data, ST_ID_HEX);
+	out[ST_ID_HEX] = '\0';
+	free(data);
+	if (!st_id_valid(out))
+		return al_error_set(err, -EBADMSG, "%s: not a checkpoint id", key);
+	return 0;
+}
+
+/* ---- manifests ---- */
+
+int st_manifest_load_raw(struct st_repo *r, const char *id,
+			 const struct st_manifest_limits *limits, struct st_manifest **ret,
+			 struct al_error *err)
+{
+	if (!st_id_valid(id))
+		return al_error_set(err, -EINVAL, "'%s' is not a checkpoint id (64 hex digits)", id);
+	char key[ST_KEY_MAX + 1];
+	if (st_repo_key(key, sizeof(key), r, "manifests/%s", id) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "key too long");
+	void *text = NULL;
+	size_t len = 0;
+	int rc = st_obj_get(r->os, key, ST_MANIFEST_OBJ_MAX, &text, &len, err);
+	if (rc == -ENOENT) {
+		al_error_clear(err);
+		return al_error_set(err, -ENOENT, "no checkpoint %s in tenant %s", id, r->tenant);
+	}
+	if (rc < 0)
+		return rc;
+	/* The object's name is its content's hash: a swapped object is caught
+	 * here, an edited one by the HMAC. */
+	char actual[ST_ID_HEX + 1];
+	st_manifest_id(text, len, actual);
+	if (strcmp(actual, id) != 0) {
+		free(text);
+		return al_error_set(err, -EBADMSG, "checkpoint %s: the manifest's content does not "
+				    "match its id (corrupt store)", id);
+	}
+	rc = st_manifest_parse(text, len, r->key, r->keylen, r->tenant, limits, ret, err);
+	free(text);
+	return rc;
+}
+
+int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,
+		     struct st_manifest **ret, struct al_error *err)
+{
+	struct st_manifest *m = NULL, *base = NULL;
+	int rc = st_manifest_load_raw(r, id, limits, &m, err);
+	if (rc < 0 || !m->base[0]) {
+		if (rc == 0)
+			*ret = m;
+		return rc;
+	}
+	/* The byte limit is the tree's: checked once the delta is applied. */
+	struct st_manifest_limits bl = limits ? *limits : (struct st_manifest_limits){ 0 };
+	bl.max_bytes = 0;
+	rc = st_manifest_load_raw(r, m->base, &bl, &base, err);
+	if (rc == 0 && base->base[0])
+		rc = al_error_set(err, -EBADMSG, "checkpoint %s: its base %s is itself a delta", id,
+				  m->base);
+	if (rc < 0) {
+		char why[AL_ERROR_MSG_MAX];
+		snprintf(why, sizeof(why), "%s", al_error_message(err));
+		al_error_clear(err);
+		st_manifest_free(m);
+		st_manifest_free(base);
+		return al_error_set(err, rc, "checkpoint %s: base: %s", id, why);
+	}
+	return st_manifest_apply(base, m, limits, ret, err);
+}
+
+/* ---- path lookup in a manifest (entries are sorted) ---- */
+
+const void *st_find_path(const void *base, size_t n, size_t size, size_t path_off,
+			 const char *path)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const char *item = (const char *)base + mid * size;
+		int c = st_path_cmp(*(char *const *)(item + path_off), path);
+		if (c == 0)
+			return item;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+const struct st_entry *st_manifest_find(const struct st_manifest *m, const char *path)
+{
+	if (!m)
+		return NULL;
+	return st_find_path(m->entries, m->n_entries, sizeof(*m->entries),
+			    offsetof(struct st_entry, path), path);
+}
+
+int st_entry_cmp(const void *a, const void *b)
+{
+	return st_path_cmp(((const struct st_entry *)a)->path, ((const struct st_entry *)b)->path);
+}
