@@ -3,8 +3,8 @@
 
 #include "common/encode.h"
 
-static const char hex_lower[] = "0123456789abcdef";
-static const char hex_upper[] = "0123456789ABCDEF";
+const char enc_hex_lower[17] = "0123456789abcdef";
+const char enc_hex_upper[17] = "0123456789ABCDEF";
 
 int enc_hex_value(char c)
 {
@@ -17,12 +17,27 @@ int enc_hex_value(char c)
 	return -1;
 }
 
+bool enc_is_lower_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+int enc_unhex_lower(const char *in, size_t len, void *out, size_t out_size)
+{
+	if (!enc_is_lower_hex(in, len))
+		return -EINVAL;
+	return enc_unhex(in, len, out, out_size);
+}
+
 void enc_hex(const void *in, size_t n, char *out)
 {
 	const uint8_t *p = in;
 	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = hex_lower[p[i] >> 4];
-		out[2 * i + 1] = hex_lower[p[i] & 15];
+		out[2 * i] = enc_hex_lower[p[i] >> 4];
+		out[2 * i + 1] = enc_hex_lower[p[i] & 15];
 	}
 	out[2 * n] = '\0';
 }
@@ -87,7 +102,7 @@ size_t enc_percent_len(const void *in, size_t n)
 void enc_percent(const void *in, size_t n, bool lower, char *out)
 {
 	const uint8_t *p = in;
-	const char *digits = lower ? hex_lower : hex_upper;
+	const char *digits = lower ? enc_hex_lower : enc_hex_upper;
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (unreserved(p[i])) {

@@ -11,8 +11,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+extern const char enc_hex_lower[17]; /* "0123456789abcdef" */
+extern const char enc_hex_upper[17];
+
 /* 0..15 for a hex digit of either case, -1 otherwise. */
 int enc_hex_value(char c);
+
+/* Whether s (n bytes) is lower-case hex digits only (the canonical
+ * spelling of the ids and digests airlock writes). */
+bool enc_is_lower_hex(const char *s, size_t n);
+
+/* Decodes exactly 2 * out_size lower-case hex digits; -EINVAL otherwise. */
+int enc_unhex_lower(const char *in, size_t len, void *out, size_t out_size);
 
 /* Lower-case hex of n bytes: 2n characters and a NUL into out. */
 void enc_hex(const void *in, size_t n, char *out);

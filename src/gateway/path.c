@@ -13,27 +13,17 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/encode.h"
 #include "gateway/path.h"
-
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
-}
 
 /* The value of the two hex digits at p (either case), or -1. p must have
  * a terminator or at least two readable bytes. */
 static int hex_pair(const char *p)
 {
-	int hi = hex_value(p[0]);
+	int hi = enc_hex_value(p[0]);
 	if (hi < 0)
 		return -1;
-	int lo = hex_value(p[1]);
+	int lo = enc_hex_value(p[1]);
 	if (lo < 0)
 		return -1;
 	return hi * 16 + lo;
@@ -135,7 +125,6 @@ int gw_path_canonical(const char *target, size_t len, char *out, size_t out_size
 int gw_path_canonical_opts(const char *target, size_t len, char *out, size_t out_size,
 			   size_t *ret_query, unsigned flags)
 {
-	static const char hex[] = "0123456789ABCDEF";
 	/* Decoding only shrinks, so the result always fits this. */
 	char canon[GW_PATH_MAX + 1];
 	size_t n = 0, seg = 1, query = len;
@@ -172,8 +161,8 @@ int gw_path_canonical_opts(const char *target, size_t len, char *out, size_t out
 				canon[n++] = (char)v;
 			} else {
 				canon[n++] = '%';
-				canon[n++] = hex[v >> 4];
-				canon[n++] = hex[v & 0xf];
+				canon[n++] = enc_hex_upper[v >> 4];
+				canon[n++] = enc_hex_upper[v & 0xf];
 			}
 		} else if (is_raw_segment_char(c)) {
 			canon[n++] = (char)c;

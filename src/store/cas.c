@@ -35,6 +35,7 @@
 #include <zstd.h>
 
 #include "common/cleanup.h"
+#include "common/encode.h"
 
 #define PACK_MAGIC "airlock-pack-1\n"
 #define PACK_MAGIC_LEN (sizeof(PACK_MAGIC) - 1)
@@ -106,34 +107,14 @@ struct st_cas_writer {
 
 void st_id_hex(const struct st_id *id, char out[ST_ID_HEX + 1])
 {
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < ST_ID_LEN; i++) {
-		out[2 * i] = digits[id->b[i] >> 4];
-		out[2 * i + 1] = digits[id->b[i] & 15];
-	}
-	out[ST_ID_HEX] = '\0';
-}
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
+	enc_hex(id->b, ST_ID_LEN, out);
 }
 
 int st_id_parse(const char *hex, size_t len, struct st_id *ret)
 {
 	struct st_id id;
-	if (!hex || len != ST_ID_HEX)
+	if (!hex || len != ST_ID_HEX || enc_unhex_lower(hex, len, id.b, ST_ID_LEN) < 0)
 		return -EINVAL;
-	for (size_t i = 0; i < ST_ID_LEN; i++) {
-		int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-		if (hi < 0 || lo < 0)
-			return -EINVAL;
-		id.b[i] = (uint8_t)(hi << 4 | lo);
-	}
 	*ret = id;
 	return 0;
 }

@@ -24,6 +24,7 @@
 
 #include "common/buf.h"
 #include "common/cleanup.h"
+#include "common/encode.h"
 #include "store/objstore.h"
 
 #define MAGIC_V1 "airlock-manifest 1"
@@ -33,8 +34,6 @@
 #define SNIP_MAX 60 /* characters of input an error message may quote */
 #define SNIP_BUF (SNIP_MAX + 4)
 #define TEXT_MAX (SIZE_MAX / 2) /* the writer's buffer; never reached in practice */
-
-static const char hex_lower[] = "0123456789abcdef";
 
 /* A printable quote of at most SNIP_MAX characters of input, for an error
  * message: bytes outside printable ASCII as \xNN, "..." when cut short. */
@@ -51,8 +50,8 @@ static const char *snip(const char *p, size_t n, char out[SNIP_BUF])
 		} else {
 			out[o++] = '\\';
 			out[o++] = 'x';
-			out[o++] = hex_lower[c >> 4];
-			out[o++] = hex_lower[c & 15];
+			out[o++] = enc_hex_lower[c >> 4];
+			out[o++] = enc_hex_lower[c & 15];
 		}
 	}
 	if (i < n) {
@@ -62,14 +61,6 @@ static const char *snip(const char *p, size_t n, char out[SNIP_BUF])
 	}
 	out[o] = '\0';
 	return out;
-}
-
-static bool is_lower_hex(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return false;
-	return true;
 }
 
 static bool session_valid(const char *s, size_t n)
@@ -101,11 +92,7 @@ static int hmac_hex(const uint8_t *key, size_t keylen, const void *data, size_t 
 	if (!HMAC(EVP_sha256(), key, (int)keylen, (const unsigned char *)data, len, md, &mdlen) ||
 	    mdlen != 32)
 		return -EIO;
-	for (unsigned i = 0; i < 32; i++) {
-		out[2 * i] = hex_lower[md[i] >> 4];
-		out[2 * i + 1] = hex_lower[md[i] & 15];
-	}
-	out[ST_ID_HEX] = '\0';
+	enc_hex(md, 32, out);
 	OPENSSL_cleanse(md, sizeof(md));
 	return 0;
 }
@@ -628,8 +615,7 @@ static int put_name(struct buf *b, const char *s)
 		if (is_plain(*p)) {
 			r = buf_append_char(b, (char)*p);
 		} else {
-			char esc[3] = { '%', "0123456789ABCDEF"[*p >> 4],
-					"0123456789ABCDEF"[*p & 15] };
+			char esc[3] = { '%', enc_hex_upper[*p >> 4], enc_hex_upper[*p & 15] };
 			r = buf_append(b, esc, sizeof(esc));
 		}
 		if (r < 0)
@@ -711,7 +697,7 @@ int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t ke
 	if (!session_valid(m->session, slen))
 		return al_error_set(err, -EINVAL, "manifest: invalid session");
 	size_t plen = strnlen(m->parent, sizeof(m->parent));
-	if (plen != 0 && (plen != ST_ID_HEX || !is_lower_hex(m->parent, plen)))
+	if (plen != 0 && (plen != ST_ID_HEX || !enc_is_lower_hex(m->parent, plen)))
 		return al_error_set(err, -EINVAL, "manifest: parent is not a checkpoint id");
 	if (m->n_entries > ST_MANIFEST_MAX_ENTRIES_DEFAULT)
 		return al_error_set(err, -EINVAL, "manifest: %zu entries, more than %d",
@@ -719,12 +705,12 @@ int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t ke
 	if (m->n_entries && !m->entries)
 		return al_error_set(err, -EINVAL, "manifest: no entries");
 	size_t blen = strnlen(m->base, sizeof(m->base));
-	if (blen != 0 && (blen != ST_ID_HEX || !is_lower_hex(m->base, blen)))
+	if (blen != 0 && (blen != ST_ID_HEX || !enc_is_lower_hex(m->base, blen)))
 		return al_error_set(err, -EINVAL, "manifest: base is not a checkpoint id");
 	if (m->applied)
 		return al_error_set(err, -EINVAL, "manifest: an applied delta is not written");
 	size_t llen = strnlen(m->lower, sizeof(m->lower));
-	if (llen != 0 && (llen != ST_ID_HEX || !is_lower_hex(m->lower, llen)))
+	if (llen != 0 && (llen != ST_ID_HEX || !enc_is_lower_hex(m->lower, llen)))
 		return al_error_set(err, -EINVAL, "manifest: lower is not a checkpoint id");
 
 	struct check_state st = { .max_depth = ST_MANIFEST_MAX_DEPTH_DEFAULT };
@@ -905,7 +891,7 @@ static const char *parse_chunks(const char *s, size_t n, bool holes, struct st_e
 				return "a hole's length is not a count of bytes (1 or more)";
 			e->holes[e->n_holes++] = (struct st_hole){ .at = e->n_chunks, .len = len };
 		} else {
-			if (!is_lower_hex(s + i, ST_ID_HEX) ||
+			if (!enc_is_lower_hex(s + i, ST_ID_HEX) ||
 			    st_id_parse(s + i, ST_ID_HEX, &e->chunks[e->n_chunks]) < 0)
 				return "chunk ids are not 64 lower-case hex digits each";
 			e->n_chunks++;
@@ -1087,7 +1073,7 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 	memcpy(m->session, v, vn);
 
 	if (!(v = header_value(&lr, "parent", &vn)) ||
-	    !((vn == 1 && v[0] == '-') || (vn == ST_ID_HEX && is_lower_hex(v, vn))))
+	    !((vn == 1 && v[0] == '-') || (vn == ST_ID_HEX && enc_is_lower_hex(v, vn))))
 		return al_error_set(err, -EBADMSG,
 				    "manifest line 4: expected \"parent <checkpoint id or ->\"");
 	if (vn == ST_ID_HEX)
@@ -1098,7 +1084,7 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 	size_t hl = 5;
 	if ((size_t)(lr.end - lr.p) > 5 && memcmp(lr.p, "base ", 5) == 0) {
 		if (!(v = header_value(&lr, "base", &vn)) || vn < ST_ID_HEX + 2 ||
-		    !is_lower_hex(v, ST_ID_HEX) || v[ST_ID_HEX] != ' ' ||
+		    !enc_is_lower_hex(v, ST_ID_HEX) || v[ST_ID_HEX] != ' ' ||
 		    !parse_u64(v + ST_ID_HEX + 1, vn - ST_ID_HEX - 1, &m->base_entries))
 			return al_error_set(err, -EBADMSG, "manifest line %zu: expected "
 					    "\"base <checkpoint id> <entries>\"", hl);
@@ -1106,7 +1092,7 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 		hl++;
 	}
 	if ((size_t)(lr.end - lr.p) > 6 && memcmp(lr.p, "lower ", 6) == 0) {
-		if (!(v = header_value(&lr, "lower", &vn)) || vn != ST_ID_HEX || !is_lower_hex(v, vn))
+		if (!(v = header_value(&lr, "lower", &vn)) || vn != ST_ID_HEX || !enc_is_lower_hex(v, vn))
 			return al_error_set(err, -EBADMSG,
 					    "manifest line %zu: expected \"lower <checkpoint id>\"", hl);
 		memcpy(m->lower, v, vn);

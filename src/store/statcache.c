@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/encode.h"
 #include "common/parse.h"
 #include "store/internal.h"
 
@@ -29,15 +30,15 @@ void st_statcache_free(struct st_statcache *sc)
 /* Paths in the cache are hex-encoded: no escaping rules to get wrong. */
 static int hex_encode(const char *s, struct buf *b)
 {
-	static const char hx[] = "0123456789abcdef";
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		char two[2] = { hx[*p >> 4], hx[*p & 15] };
+		char two[2] = { enc_hex_lower[*p >> 4], enc_hex_lower[*p & 15] };
 		if (buf_append(b, two, 2) < 0)
 			return -ENOMEM;
 	}
 	return 0;
 }
 
+/* A path back: no NUL inside, no more than a path's length. */
 static char *hex_decode(const char *s, size_t n)
 {
 	if (n % 2 || n / 2 > ST_PATH_MAX)
@@ -45,22 +46,9 @@ static char *hex_decode(const char *s, size_t n)
 	char *out = malloc(n / 2 + 1);
 	if (!out)
 		return NULL;
-	for (size_t i = 0; i < n; i += 2) {
-		int v = 0;
-		for (int k = 0; k < 2; k++) {
-			char c = s[i + (size_t)k];
-			int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-			if (d < 0) {
-				free(out);
-				return NULL;
-			}
-			v = v * 16 + d;
-		}
-		if (v == 0) {
-			free(out);
-			return NULL;
-		}
-		out[i / 2] = (char)v;
+	if (enc_unhex_lower(s, n, out, n / 2) < 0 || memchr(out, '\0', n / 2)) {
+		free(out);
+		return NULL;
 	}
 	out[n / 2] = '\0';
 	return out;
