@@ -153,10 +153,9 @@ static int parse(int argc, char **argv, struct copts *o)
 			break;
 		case OPT_HELP:
 			fputs(usage, stdout);
-			exit(0);
+			return CLI_HELP_SHOWN;
 		default:
-			return cli_fail("unknown or incomplete option '%s' (try `airlock checkpoint --help`)",
-				    argv[optind - 1]);
+			return cli_bad_option(argv, longopts, "checkpoint");
 		}
 	}
 	o->args = argv + optind;
@@ -411,7 +410,7 @@ static int do_export(int argc, char **argv)
 	struct copts o = { 0 };
 	int rc = parse(n, rest, &o);
 	if (rc)
-		return rc;
+		return rc == CLI_HELP_SHOWN ? 0 : rc;
 	if (o.n_args != 1 || !out || !out[0])
 		return cli_fail("usage: airlock checkpoint export ID -o FILE.tar");
 	struct st_repo *r = NULL;
@@ -505,7 +504,7 @@ static int do_gc(int argc, char **argv)
 	struct copts o = { 0 };
 	int rc = parse(n, rest, &o);
 	if (rc)
-		return rc;
+		return rc == CLI_HELP_SHOWN ? 0 : rc;
 	if (o.n_args != 0)
 		return cli_fail("usage: airlock checkpoint gc [--keep-last K] [--keep-days N] "
 				"[--max-unused PCT] [--dry-run]");
@@ -544,7 +543,7 @@ int cmd_checkpoint(int argc, char **argv)
 	struct copts o = { 0 };
 	int rc = parse(argc - 1, argv + 1, &o);
 	if (rc)
-		return rc;
+		return rc == CLI_HELP_SHOWN ? 0 : rc;
 	if (strcmp(sub, "create") == 0)
 		return do_create(&o);
 	if (strcmp(sub, "restore") == 0)

@@ -5,9 +5,13 @@
 #define EXIT_AIRLOCK_ERROR 125 /* bad option, missing image, setup failure */
 #define EXIT_TIMED_OUT 124
 #define EXIT_OOM 137
+/* An option parser's answer after printing --help: the command exits 0. */
+#define CLI_HELP_SHOWN (-1)
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "gateway/gateway.h"
 
@@ -37,6 +41,31 @@ enum {
 	OPT_GW_UPSTREAM_CA,
 	OPT_GW_VAULT,
 };
+
+/*
+ * An option described once (options.c): the getopt_long table and the
+ * usage text both come from it. arg: the value's name, NULL for none;
+ * help: one or more lines.
+ */
+struct cli_optdef {
+	const char *name;
+	int id;
+	const char *arg;
+	const char *help;
+};
+
+/* The gateway's options, shared by `sandbox run|create` and `gateway`. */
+extern const struct cli_optdef cli_gw_optdefs[];
+
+/* Appends defs to a getopt_long table holding n entries (cap in all, its
+ * terminator included); returns the new count. */
+size_t cli_longopts(struct option *out, size_t cap, size_t n, const struct cli_optdef *defs);
+/* "  --name ARG            help" lines. */
+void cli_print_optdefs(FILE *f, const struct cli_optdef *defs);
+/* What was wrong with the option getopt_long just refused ('?'): unknown,
+ * or known and missing its value; returns EXIT_AIRLOCK_ERROR after saying
+ * so. cmd: for "see `airlock CMD --help`". */
+int cli_bad_option(char **argv, const struct option *longopts, const char *cmd);
 
 /* Takes one of the OPT_GW_ options; 0, or an exit status after a message. */
 int cli_gw_option(struct cli_gw_opts *g, int opt, char *arg);

@@ -15,24 +15,37 @@
 #include "common/cleanup.h"
 #include "common/log.h"
 
-static const char gateway_usage[] =
-	"usage: airlock gateway --listen ADDR:PORT [--policy FILE] [--allow RULE]...\n"
-	"                       [--grant github:OWNER/REPO]... [--upstream HOST:PORT=ADDR:PORT]...\n"
-	"                       [--upstream-ca FILE]... [--vault FILE] [--mode restricted|open]\n"
-	"                       [--audit FILE] [--ca-out FILE]\n"
-	"\n"
-	"Serves as an HTTP proxy on ADDR:PORT in the foreground until SIGINT or SIGTERM.\n"
-	"  --listen ADDR:PORT     where to accept clients\n"
-	"  --policy FILE          the network policy (optional with --allow or --mode open)\n"
-	"  --allow RULE           HOST[:PORT][/PATH-PREFIX] to allow (repeatable)\n"
-	"  --grant G              github:OWNER/REPO the vault's GitHub credential may reach\n"
-	"  --upstream H:P=A:P     connect to A:P for H:P (repeatable)\n"
-	"  --upstream-ca FILE     also trust these CA certificates (PEM) upstream (repeatable)\n"
-	"  --vault FILE           credentials (owner-only file)\n"
-	"  --mode restricted|open the policy decides (default), or any public host\n"
-	"  --audit FILE           append audit lines to FILE (default: stdout)\n"
-	"  --ca-out FILE          write the interception CA certificate (PEM) for clients\n";
+enum {
+	OPT_LISTEN = 256,
+	OPT_MODE,
+	OPT_AUDIT,
+	OPT_CA_OUT,
+	OPT_HELP,
+};
 
+static const struct cli_optdef gateway_optdefs[] = {
+	{ "listen", OPT_LISTEN, "ADDR:PORT", "where to accept clients" },
+	{ "mode", OPT_MODE, "MODE", "restricted: the policy decides (default); open: any public host" },
+	{ "audit", OPT_AUDIT, "FILE", "append audit lines to FILE (default: stdout)" },
+	{ "ca-out", OPT_CA_OUT, "FILE", "write the interception CA certificate (PEM) for clients" },
+	{ "help", OPT_HELP, NULL, "print this and exit" },
+	{ NULL, 0, NULL, NULL },
+};
+
+static void gateway_usage(FILE *f)
+{
+	fputs("usage: airlock gateway --listen ADDR:PORT [--policy FILE] [--allow RULE]...\n"
+	      "                       [--grant github:OWNER/REPO]... [--upstream HOST:PORT=ADDR:PORT]...\n"
+	      "                       [--upstream-ca FILE]... [--vault FILE] [--mode restricted|open]\n"
+	      "                       [--audit FILE] [--ca-out FILE]\n"
+	      "\n"
+	      "Serves as an HTTP proxy on ADDR:PORT in the foreground until SIGINT or SIGTERM;\n"
+	      "says \"listening on ADDR:PORT\" on stderr once it serves. --policy or --allow is\n"
+	      "needed unless --mode open.\n\n",
+	      f);
+	cli_print_optdefs(f, gateway_optdefs);
+	cli_print_optdefs(f, cli_gw_optdefs);
+}
 
 static int list_add(char **list, size_t *n, const char *opt, char *arg)
 {
@@ -129,41 +142,22 @@ int cli_listen_unix(const char *path)
 	return fd;
 }
 
-enum {
-	OPT_LISTEN = 256,
-	OPT_MODE,
-	OPT_AUDIT,
-	OPT_CA_OUT,
-	OPT_HELP,
-};
-
 int cmd_gateway(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "listen", required_argument, NULL, OPT_LISTEN },
-		{ "mode", required_argument, NULL, OPT_MODE },
-		{ "audit", required_argument, NULL, OPT_AUDIT },
-		{ "ca-out", required_argument, NULL, OPT_CA_OUT },
-		{ "allow", required_argument, NULL, OPT_GW_ALLOW },
-		{ "policy", required_argument, NULL, OPT_GW_POLICY },
-		{ "grant", required_argument, NULL, OPT_GW_GRANT },
-		{ "upstream", required_argument, NULL, OPT_GW_UPSTREAM },
-		{ "upstream-ca", required_argument, NULL, OPT_GW_UPSTREAM_CA },
-		{ "vault", required_argument, NULL, OPT_GW_VAULT },
-		{ "help", no_argument, NULL, OPT_HELP },
-		{ NULL, 0, NULL, 0 },
-	};
+	struct option longopts[32];
+	size_t nl = cli_longopts(longopts, ARRAY_SIZE(longopts), 0, gateway_optdefs);
+	cli_longopts(longopts, ARRAY_SIZE(longopts), nl, cli_gw_optdefs);
 	struct cli_gw_opts g = { 0 };
 	const char *listen = NULL, *audit = NULL, *ca_out = NULL;
 	enum gw_mode mode = GW_MODE_RESTRICTED;
 	optind = 1;
 	opterr = 0;
 	int c, r;
-	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
-		const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+	/* No command follows: options may come in any order. */
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
 		case OPT_HELP:
-			fputs(gateway_usage, stdout);
+			gateway_usage(stdout);
 			return 0;
 		case OPT_LISTEN:
 			listen = optarg;
@@ -194,9 +188,7 @@ int cmd_gateway(int argc, char **argv)
 			break;
 		case '?':
 		default:
-			if (optopt)
-				return cli_fail("option %s needs a value", name);
-			return cli_fail("unknown option %s (see `airlock gateway --help`)", name);
+			return cli_bad_option(argv, longopts, "gateway");
 		}
 	}
 	if (optind < argc)

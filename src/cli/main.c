@@ -8,25 +8,54 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/cleanup.h"
 #include "common/log.h"
+
+static int cmd_version(int argc, char **argv)
+{
+	printf("airlock %s\n", AIRLOCK_VERSION);
+	return 0;
+}
+
+static int cmd_help(int argc, char **argv);
+
+/* Every command, once: dispatch and help both come from here. */
+static const struct {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *synopsis;
+	const char *help;
+} commands[] = {
+	{ "sandbox", cmd_sandbox, "run|create|exec|list|destroy|audit|policy|gc",
+	  "Linux sandboxes, with their egress gateway" },
+	{ "gateway", cmd_gateway, "--listen ADDR:PORT [OPTIONS]",
+	  "the egress gateway alone, as an HTTP proxy" },
+	{ "checkpoint", cmd_checkpoint, "create|restore|diff|ls|latest|export|import|gc",
+	  "workspace checkpoints" },
+	{ "doctor", cmd_doctor, "", "kernel features present or missing" },
+	{ "version", cmd_version, "", "print the version" },
+	{ "help", cmd_help, "", "print this" },
+};
 
 static void usage(FILE *f)
 {
-	fputs("usage: airlock COMMAND [ARGS]\n"
-	      "\n"
-	      "commands:\n"
-	      "  sandbox run|create|exec|list|destroy|gc   Linux sandboxes (see `airlock sandbox --help`)\n"
-	      "  sandbox audit ID                          a sandbox's gateway audit log\n"
-	      "  gateway --listen ADDR:PORT [OPTIONS]      the egress gateway as a standalone HTTP proxy\n"
-	      "                                            (see `airlock gateway --help`)\n"
-	      "  checkpoint create|restore|diff|ls|latest  workspace checkpoints\n"
-	      "                                            (see `airlock checkpoint --help`)\n"
-	      "  doctor                                    kernel features present or missing\n"
-	      "  version                                   print the version\n"
-	      "\n"
-	      "environment: AIRLOCK_STATE_DIR, AIRLOCK_CGROUP_PARENT, AIRLOCK_UID_BASE,\n"
+	fputs("usage: airlock COMMAND [ARGS]   (airlock COMMAND --help: a command's own options)\n"
+	      "\ncommands:\n",
+	      f);
+	for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
+		fprintf(f, "  %s %s\n      %s\n", commands[i].name, commands[i].synopsis,
+			commands[i].help);
+	}
+	fputs("\nenvironment: AIRLOCK_STATE_DIR, AIRLOCK_CGROUP_PARENT, AIRLOCK_UID_BASE,\n"
+	      "             AIRLOCK_STORE_DIR, AIRLOCK_CHECKPOINT_KEY, AIRLOCK_STORE_THREADS,\n"
 	      "             AIRLOCK_LOG_LEVEL (error|warning|info|debug), AIRLOCK_LOG_FORMAT (human|json)\n",
 	      f);
+}
+
+static int cmd_help(int argc, char **argv)
+{
+	usage(stdout);
+	return 0;
 }
 
 /* A closed 0, 1 or 2 would be reused by the next open() and then
@@ -63,22 +92,13 @@ int main(int argc, char **argv)
 		return EXIT_AIRLOCK_ERROR;
 	}
 	const char *cmd = argv[1];
-	if (strcmp(cmd, "sandbox") == 0)
-		return cmd_sandbox(argc - 1, argv + 1);
-	if (strcmp(cmd, "gateway") == 0)
-		return cmd_gateway(argc - 1, argv + 1);
-	if (strcmp(cmd, "checkpoint") == 0)
-		return cmd_checkpoint(argc - 1, argv + 1);
-	if (strcmp(cmd, "doctor") == 0)
-		return cmd_doctor(argc - 1, argv + 1);
-	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-		printf("airlock %s\n", AIRLOCK_VERSION);
-		return 0;
-	}
-	if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-		usage(stdout);
-		return 0;
-	}
+	if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
+		cmd = "help";
+	else if (strcmp(cmd, "--version") == 0)
+		cmd = "version";
+	for (size_t i = 0; i < ARRAY_SIZE(commands); i++)
+		if (strcmp(cmd, commands[i].name) == 0)
+			return commands[i].run(argc - 1, argv + 1);
 	log_error("unknown command '%s' (try `airlock --help`)", cmd);
 	return EXIT_AIRLOCK_ERROR;
 }
