@@ -217,13 +217,11 @@ static void test_oversized_length_is_refused_before_allocation(void **state)
 	poison(&m);
 	malloc_calls = 0;
 	malloc_largest = 0;
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* Refused from the header alone: nothing allocated, nothing read
+	 * (a wait for 4 GiB would never end: the test's timeout says so). */
 	assert_int_equal(ipc_recv(p->s[1], types, N_TYPES, &m), -EBADMSG);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
 	assert_int_equal(malloc_calls, 0);
 	assert_true(is_poisoned(&m));
-	assert_true(t1.tv_sec - t0.tv_sec < 2);
 
 	/* The same for a type whose limit is zero. */
 	h = (struct ipc_header){ .type = T_PING, .len = 1 };

@@ -688,7 +688,7 @@ static void test_write_refuses_invalid(void **state)
 
 static void test_million_entries(void **state)
 {
-	/* 1000 directories of 999 files: write and parse stay fast. */
+	/* 1000 directories of 999 files: written and parsed whole. */
 	size_t n = 1000 * 1000;
 	struct st_entry *e = calloc(n, sizeof(*e));
 	assert_non_null(e);
@@ -724,8 +724,10 @@ static void test_million_entries(void **state)
 	assert_int_equal(p->n_entries, n);
 	double w = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	double r = (double)(t2.tv_sec - t1.tv_sec) + (double)(t2.tv_nsec - t1.tv_nsec) / 1e9;
+	/* Reported, not asserted: how fast is for bench/, not for a test on a
+	 * machine of any speed (a quadratic step would still show as a test
+	 * that runs out of its time). */
 	print_message("# 1,000,000 entries, %zu bytes: write %.2fs, parse %.2fs\n", len, w, r);
-	assert_true(w < 10 && r < 10);
 	st_manifest_free(p);
 	free(text);
 	for (size_t i = 0; i < n; i++)
