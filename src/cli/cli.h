@@ -71,9 +71,6 @@ int cli_bad_option(char **argv, const struct option *longopts, const char *cmd);
 int cli_gw_option(struct cli_gw_opts *g, int opt, char *arg);
 void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *label,
 		 struct gw_options *ret);
-/* Opens a file to append audit lines to (0600 when created). */
-int cli_open_audit(const char *path, bool nofollow);
-int cli_listen_unix(const char *path);
 
 /* Prints "airlock: MESSAGE" (through the log) and returns EXIT_AIRLOCK_ERROR. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -6,13 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/cleanup.h"
+#include "common/fdutil.h"
 #include "common/log.h"
 
 enum {
@@ -112,36 +111,6 @@ void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *lab
 	};
 }
 
-int cli_open_audit(const char *path, bool nofollow)
-{
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY |
-				    (nofollow ? O_NOFOLLOW : 0),
-		      0600);
-	return fd < 0 ? -errno : fd;
-}
-
-/* A listening AF_UNIX socket only its owner (root) can connect to. */
-int cli_listen_unix(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	unlink(path);
-	mode_t old = umask(0077);
-	int r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-	umask(old);
-	if (r < 0 || listen(fd, 8) < 0) {
-		r = -errno;
-		close(fd);
-		return r;
-	}
-	return fd;
-}
-
 int cmd_gateway(int argc, char **argv)
 {
 	struct option longopts[32];
@@ -208,7 +177,7 @@ int cmd_gateway(int argc, char **argv)
 		return cli_fail("%s", al_error_message(&err));
 	_cleanup_close_ int audit_fd = -1;
 	if (audit) {
-		audit_fd = cli_open_audit(audit, false);
+		audit_fd = open_append(audit, false);
 		if (audit_fd < 0) {
 			gw_config_free(cfg);
 			return cli_fail("cannot open %s: %s", audit, strerror(-audit_fd));

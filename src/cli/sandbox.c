@@ -17,50 +17,11 @@
 #include "common/fdutil.h"
 #include "common/log.h"
 #include "common/parse.h"
+#include "control/net.h"
 #include "sandbox/sandbox.h"
 
 #define DEFAULT_MEMORY ((uint64_t)4 << 30)
 #define DEFAULT_PIDS 4096
-
-static const char sandbox_usage[] =
-	"usage:\n"
-	"  airlock sandbox run [OPTIONS] -- CMD [ARG...]      create, run, destroy\n"
-	"  airlock sandbox create [OPTIONS]                   print the new sandbox's id\n"
-	"  airlock sandbox exec [--env K=V] [--cwd DIR] [--timeout S] [--output-limit SIZE]\n"
-	"                       ID -- CMD [ARG...]\n"
-	"  airlock sandbox list\n"
-	"  airlock sandbox destroy ID\n"
-	"  airlock sandbox audit ID                            print its gateway's audit log\n"
-	"  airlock sandbox policy ID FILE                      replace its rules (a policy file's\n"
-	"                                                      rules:) with a new generation\n"
-	"  airlock sandbox gc                                  remove what crashes left behind\n"
-	"\n"
-	"options:\n"
-	"  --workspace DIR        shown as /workspace (default: a fresh empty directory)\n"
-	"  --image host|DIR       root filesystem (default host: the host's /usr, /etc, ...\n"
-	"                         read-only under a writable overlay)\n"
-	"  --network MODE         none: loopback only (default without the options below);\n"
-	"                         restricted: out through the egress gateway, as the policy\n"
-	"                         allows (default with them); open: any public host\n"
-	"  --allow RULE           HOST[:PORT][/PATH-PREFIX] the sandbox may reach (repeatable)\n"
-	"  --policy FILE          the network policy\n"
-	"  --grant G              github:OWNER/REPO the vault's GitHub credential may reach\n"
-	"                         (repeatable)\n"
-	"  --upstream H:P=A:P     the gateway connects to A:P for H:P (repeatable)\n"
-	"  --upstream-ca FILE     the gateway also trusts these CAs (PEM) upstream (repeatable)\n"
-	"  --vault FILE           credentials the gateway injects (never seen inside)\n"
-	"  --audit FILE           (run) append the gateway's audit log to FILE (default: the\n"
-	"                         sandbox's own, gone with it; `sandbox audit ID` for create)\n"
-	"  --env K=V              environment for every command (repeatable); with a network,\n"
-	"                         the gateway's variables (proxies, CA bundles) cannot be set\n"
-	"  --memory SIZE          memory limit, e.g. 512M, 2G (default 4G; 0 = none)\n"
-	"  --pids N               process limit (default 4096; 0 = none)\n"
-	"  --cpus F               CPU limit in cores, e.g. 1.5 (default none)\n"
-	"  --timeout SECONDS      wall-clock limit for the command (also 500ms, 5m)\n"
-	"  --output-limit SIZE    cap on stdout+stderr (truncated with a marker)\n"
-	"  --hostname NAME        hostname inside (default airlock)\n"
-	"\n"
-	"exit status: the command's own; 124 timeout; 137 memory limit; 125 airlock's own error\n";
 
 enum {
 	OPT_WORKSPACE = 256,
@@ -78,6 +39,61 @@ enum {
 	OPT_HELP,
 };
 
+/* What a sandbox is made of (run, create). */
+static const struct cli_optdef spec_optdefs[] = {
+	{ "workspace", OPT_WORKSPACE, "DIR", "shown as /workspace (default: a fresh empty directory)" },
+	{ "image", OPT_IMAGE, "host|DIR",
+	  "root filesystem (default host: the host's /usr, /etc, ...\n"
+	  "read-only under a writable overlay)" },
+	{ "network", OPT_NETWORK, "MODE",
+	  "none: loopback only (default without the gateway's options);\n"
+	  "restricted: out through the egress gateway, as the policy\n"
+	  "allows (default with them); open: any public host" },
+	{ "memory", OPT_MEMORY, "SIZE", "memory limit, e.g. 512M, 2G (default 4G; 0 = none)" },
+	{ "pids", OPT_PIDS, "N", "process limit (default 4096; 0 = none)" },
+	{ "cpus", OPT_CPUS, "F", "CPU limit in cores, e.g. 1.5 (default none)" },
+	{ "hostname", OPT_HOSTNAME, "NAME", "hostname inside (default airlock)" },
+	{ NULL, 0, NULL, NULL },
+};
+
+/* How a command runs (run, exec). */
+static const struct cli_optdef exec_optdefs[] = {
+	{ "env", OPT_ENV, "K=V",
+	  "environment for every command (repeatable); with a network,\n"
+	  "the gateway's variables (proxies, CA bundles) cannot be set" },
+	{ "cwd", OPT_CWD, "DIR", "(exec) working directory inside" },
+	{ "timeout", OPT_TIMEOUT, "SECONDS", "wall-clock limit for the command (also 500ms, 5m)" },
+	{ "output-limit", OPT_OUTPUT_LIMIT, "SIZE", "cap on stdout+stderr (truncated with a marker)" },
+	{ "audit", OPT_AUDIT, "FILE",
+	  "(run) append the gateway's audit log to FILE (default: the\n"
+	  "sandbox's own, gone with it; `sandbox audit ID` for create)" },
+	{ "help", OPT_HELP, NULL, "print this and exit" },
+	{ NULL, 0, NULL, NULL },
+};
+
+static void sandbox_usage(FILE *f)
+{
+	fputs("usage:\n"
+	      "  airlock sandbox run [OPTIONS] -- CMD [ARG...]      create, run, destroy\n"
+	      "  airlock sandbox create [OPTIONS]                   print the new sandbox's id\n"
+	      "  airlock sandbox exec [--env K=V] [--cwd DIR] [--timeout S] [--output-limit SIZE]\n"
+	      "                       ID -- CMD [ARG...]\n"
+	      "  airlock sandbox list\n"
+	      "  airlock sandbox destroy ID\n"
+	      "  airlock sandbox audit ID                            print its gateway's audit log\n"
+	      "  airlock sandbox policy ID FILE                      replace its rules (a policy file's\n"
+	      "                                                      rules:) with a new generation\n"
+	      "  airlock sandbox gc                                  remove what crashes left behind\n"
+	      "\noptions:\n",
+	      f);
+	cli_print_optdefs(f, spec_optdefs);
+	cli_print_optdefs(f, cli_gw_optdefs);
+	cli_print_optdefs(f, exec_optdefs);
+	fputs("\nexit status: the command's own; 124 timeout; 137 memory limit; 125 airlock's own "
+	      "error\n",
+	      f);
+}
+
 struct options {
 	struct sbx_spec spec;
 	struct sbx_exec_opts exec;
@@ -94,28 +110,10 @@ struct options {
 static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 			 struct options *o, int *ret_optind)
 {
-	static const struct option longopts[] = {
-		{ "workspace", required_argument, NULL, OPT_WORKSPACE },
-		{ "image", required_argument, NULL, OPT_IMAGE },
-		{ "network", required_argument, NULL, OPT_NETWORK },
-		{ "env", required_argument, NULL, OPT_ENV },
-		{ "memory", required_argument, NULL, OPT_MEMORY },
-		{ "pids", required_argument, NULL, OPT_PIDS },
-		{ "cpus", required_argument, NULL, OPT_CPUS },
-		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
-		{ "output-limit", required_argument, NULL, OPT_OUTPUT_LIMIT },
-		{ "hostname", required_argument, NULL, OPT_HOSTNAME },
-		{ "cwd", required_argument, NULL, OPT_CWD },
-		{ "audit", required_argument, NULL, OPT_AUDIT },
-		{ "allow", required_argument, NULL, OPT_GW_ALLOW },
-		{ "policy", required_argument, NULL, OPT_GW_POLICY },
-		{ "grant", required_argument, NULL, OPT_GW_GRANT },
-		{ "upstream", required_argument, NULL, OPT_GW_UPSTREAM },
-		{ "upstream-ca", required_argument, NULL, OPT_GW_UPSTREAM_CA },
-		{ "vault", required_argument, NULL, OPT_GW_VAULT },
-		{ "help", no_argument, NULL, OPT_HELP },
-		{ NULL, 0, NULL, 0 },
-	};
+	struct option longopts[48];
+	size_t nl = cli_longopts(longopts, ARRAY_SIZE(longopts), 0, spec_optdefs);
+	nl = cli_longopts(longopts, ARRAY_SIZE(longopts), nl, cli_gw_optdefs);
+	cli_longopts(longopts, ARRAY_SIZE(longopts), nl, exec_optdefs);
 	o->spec.memory_bytes = DEFAULT_MEMORY;
 	o->spec.pids = DEFAULT_PIDS;
 	o->exec.stdin_fd = 0;
@@ -151,8 +149,8 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 		}
 		switch (c) {
 		case OPT_HELP:
-			fputs(sandbox_usage, stdout);
-			exit(0);
+			sandbox_usage(stdout);
+			return CLI_HELP_SHOWN;
 		case OPT_WORKSPACE:
 			o->spec.workspace = optarg;
 			break;
@@ -219,9 +217,7 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 			break;
 		case '?':
 		default:
-			if (optopt)
-				return cli_fail("option %s needs a value", name);
-			return cli_fail("unknown option %s (see `airlock sandbox --help`)", name);
+			return cli_bad_option(argv, longopts, "sandbox");
 		}
 	}
 	if (spec_opts) {
@@ -284,139 +280,20 @@ static char **command_argv(int argc, char **argv, int optind_, int skip)
 	return argv + i;
 }
 
-/* ---- the egress gateway of a sandbox with a network ---- */
+/* ---- the egress gateway of a sandbox with a network (control/net.h) ---- */
 
-struct net {
-	struct gw_config *cfg;
-	struct gw_proc gp;
-	bool started;
-	char **gw_env;
-	size_t n_gw_env;
-	char **env; /* the user's --env, then the gateway's */
-	int audit_fd; /* run --audit FILE; else the sandbox's own, opened when it exists */
-	struct al_error *err; /* the sandbox call's: the gateway's reason is kept */
-};
-
-static void net_init(struct net *n, struct al_error *err)
+/* Starts the gateway of a sandbox with a network; 0, or an exit status
+ * after a message. */
+static int net_setup(struct options *o, const char *audit, bool detach, struct ctl_net *n,
+		     struct al_error *err)
 {
-	memset(n, 0, sizeof(*n));
-	n->audit_fd = -1;
-	n->err = err;
-}
-
-static size_t env_name_len(const char *kv)
-{
-	const char *eq = strchr(kv, '=');
-	return eq ? (size_t)(eq - kv) : strlen(kv);
-}
-
-static int net_ready(const struct sbx_net_fds *fds, const char *id, const char *dir,
-		     int init_pidfd, void *ud)
-{
-	struct net *n = ud;
-	_cleanup_close_ int own = -1;
-	int audit_fd = n->audit_fd;
-	if (audit_fd < 0) {
-		char path[4096];
-		if (snprintf(path, sizeof(path), "%s/audit.jsonl", dir) >= (int)sizeof(path))
-			return al_error_set(n->err, -ENAMETOOLONG, "state directory path too long");
-		/* The directory is root's alone; still, no link is followed. */
-		own = cli_open_audit(path, true);
-		if (own < 0)
-			return al_error_set_errno(n->err, own, "cannot open %s", path);
-		audit_fd = own;
-	}
-	/* Root's way to change the sandbox's policy later (`sandbox policy`). */
-	char sock[4096];
-	if (snprintf(sock, sizeof(sock), "%s/gateway.sock", dir) >= (int)sizeof(sock))
-		return al_error_set(n->err, -ENAMETOOLONG, "state directory path too long");
-	_cleanup_close_ int control = cli_listen_unix(sock);
-	if (control < 0)
-		return al_error_set_errno(n->err, control, "cannot listen on %s", sock);
-	struct gw_listeners l = {
-		.proxy = fds->proxy, .http = fds->http, .https = fds->https, .dns = fds->dns,
-		.control = control,
-	};
-	return gw_attach(&n->gp, id, &l, audit_fd, init_pidfd, n->err);
-}
-
-/* Builds the gateway's configuration and starts it; nothing to do without
- * a network. Returns 0 or an exit status after a message. */
-static int net_setup(struct options *o, const char *audit, bool detach, struct net *n)
-{
-	if (o->spec.network == SBX_NETWORK_NONE)
-		return 0;
 	struct gw_options gopts;
-	cli_gw_fill(&o->gw, o->spec.network == SBX_NETWORK_OPEN ? GW_MODE_OPEN : GW_MODE_RESTRICTED,
-		    "sandbox", &gopts);
-	int r = gw_config_build(&gopts, &n->cfg, n->err);
-	if (r < 0)
-		return cli_fail("%s", al_error_message(n->err));
-	r = gw_sandbox_env(n->cfg, SBX_TRUST_BUNDLE, SBX_CA_FILE, &n->gw_env, &n->n_gw_env);
-	if (r < 0)
-		return cli_fail("cannot make the sandbox's environment: %s", strerror(-r));
-	/* The gateway's variables are not the user's to change silently. */
-	for (size_t i = 0; i < o->n_env; i++) {
-		size_t len = env_name_len(o->env[i]);
-		for (size_t j = 0; j < n->n_gw_env; j++) {
-			if (env_name_len(n->gw_env[j]) == len &&
-			    strncmp(o->env[i], n->gw_env[j], len) == 0)
-				return cli_fail("--env %.*s: the gateway sets this variable in a sandbox "
-					    "with a network", (int)len, o->env[i]);
-		}
-	}
-	if (o->n_env + n->n_gw_env > SBX_MAX_ENV)
-		return cli_fail("too many --env options with the gateway's variables (at most %d)",
-			    SBX_MAX_ENV);
-	n->env = calloc(o->n_env + n->n_gw_env + 1, sizeof(*n->env));
-	if (!n->env)
-		return cli_fail("out of memory");
-	for (size_t i = 0; i < o->n_env; i++)
-		n->env[i] = o->env[i];
-	for (size_t j = 0; j < n->n_gw_env; j++)
-		n->env[o->n_env + j] = n->gw_env[j];
-	if (audit) {
-		n->audit_fd = cli_open_audit(audit, false);
-		if (n->audit_fd < 0)
-			return cli_fail("cannot open %s: %s", audit, strerror(-n->audit_fd));
-	}
-	struct gw_start_opts so = {
-		.detach = detach,
-		.log_fd = detach ? -1 : 2,
-		.uid = 0,
-	};
-	r = gw_start(n->cfg, &so, &n->gp, n->err);
-	if (r < 0)
-		return cli_fail("cannot start the egress gateway: %s", al_error_message(n->err));
-	n->started = true;
-	o->spec.env = n->env;
-	o->spec.n_env = o->n_env + n->n_gw_env;
-	o->spec.trust_pem = n->gp.ca_pem;
-	o->spec.trust_pem_len = n->gp.ca_pem_len;
-	o->spec.net_ready = net_ready;
-	o->spec.net_ready_ud = n;
+	cli_gw_fill(&o->gw, GW_MODE_RESTRICTED, "sandbox", &gopts);
+	struct ctl_net_opts no = { .gw = &gopts, .audit_file = audit, .detach = detach,
+				   .log_fd = detach ? -1 : 2 };
+	if (ctl_net_setup(n, &no, &o->spec, err) < 0)
+		return cli_fail("%s", al_error_message(err));
 	return 0;
-}
-
-/* keep: the sandbox lives on, and its gateway with it (it leaves when the
- * sandbox's init dies); otherwise the gateway is stopped. */
-static void net_done(struct net *n, bool keep)
-{
-	if (n->started) {
-		if (keep)
-			gw_release(&n->gp);
-		else
-			gw_stop(&n->gp);
-		n->started = false;
-	}
-	n->audit_fd = safe_close(n->audit_fd);
-	free(n->env);
-	n->env = NULL;
-	if (n->gw_env)
-		gw_env_free(n->gw_env, n->n_gw_env);
-	n->gw_env = NULL;
-	gw_config_free(n->cfg);
-	n->cfg = NULL;
 }
 
 static int do_run(int argc, char **argv)
@@ -425,7 +302,7 @@ static int do_run(int argc, char **argv)
 	int oi;
 	int r = parse_options(argc, argv, true, true, &o, &oi);
 	if (r)
-		return r;
+		return r == CLI_HELP_SHOWN ? 0 : r;
 	char **cmd = command_argv(argc, argv, oi, 0);
 	if (!cmd)
 		return cli_fail("sandbox run needs a command after --");
@@ -434,15 +311,15 @@ static int do_run(int argc, char **argv)
 		return EXIT_AIRLOCK_ERROR;
 	struct sbx_result res;
 	struct al_error err = { 0 };
-	struct net n;
-	net_init(&n, &err);
-	r = net_setup(&o, o.audit, false, &n);
+	struct ctl_net n;
+	ctl_net_init(&n);
+	r = net_setup(&o, o.audit, false, &n, &err);
 	if (r) {
-		net_done(&n, false);
+		ctl_net_done(&n, false);
 		return r;
 	}
 	r = sbx_run(&set, &o.spec, cmd, &o.exec, &res, &err);
-	net_done(&n, false);
+	ctl_net_done(&n, false);
 	if (r < 0)
 		return cli_fail("%s", al_error_message(&err));
 	return report(&res);
@@ -454,7 +331,7 @@ static int do_create(int argc, char **argv)
 	int oi;
 	int r = parse_options(argc, argv, true, false, &o, &oi);
 	if (r)
-		return r;
+		return r == CLI_HELP_SHOWN ? 0 : r;
 	if (oi < argc)
 		return cli_fail("sandbox create takes no command (use `sandbox exec`)");
 	struct sbx_settings set;
@@ -462,15 +339,15 @@ static int do_create(int argc, char **argv)
 		return EXIT_AIRLOCK_ERROR;
 	char id[SBX_ID_LEN + 1];
 	struct al_error err = { 0 };
-	struct net n;
-	net_init(&n, &err);
-	r = net_setup(&o, NULL, true, &n);
+	struct ctl_net n;
+	ctl_net_init(&n);
+	r = net_setup(&o, NULL, true, &n, &err);
 	if (r) {
-		net_done(&n, false);
+		ctl_net_done(&n, false);
 		return r;
 	}
 	r = sbx_create(&set, &o.spec, id, &err);
-	net_done(&n, r >= 0);
+	ctl_net_done(&n, r >= 0);
 	if (r < 0)
 		return cli_fail("%s", al_error_message(&err));
 	printf("%s\n", id);
@@ -483,7 +360,7 @@ static int do_exec(int argc, char **argv)
 	int oi;
 	int r = parse_options(argc, argv, false, true, &o, &oi);
 	if (r)
-		return r;
+		return r == CLI_HELP_SHOWN ? 0 : r;
 	if (oi >= argc)
 		return cli_fail("sandbox exec needs an id");
 	const char *id = argv[oi];
@@ -646,7 +523,7 @@ static int do_gc(int argc, char **argv)
 int cmd_sandbox(int argc, char **argv)
 {
 	if (argc < 2) {
-		fputs(sandbox_usage, stderr);
+		sandbox_usage(stderr);
 		return EXIT_AIRLOCK_ERROR;
 	}
 	const char *sub = argv[1];
@@ -667,7 +544,7 @@ int cmd_sandbox(int argc, char **argv)
 	if (strcmp(sub, "policy") == 0)
 		return do_policy(argc - 1, argv + 1);
 	if (strcmp(sub, "--help") == 0 || strcmp(sub, "help") == 0 || strcmp(sub, "-h") == 0) {
-		fputs(sandbox_usage, stdout);
+		sandbox_usage(stdout);
 		return 0;
 	}
 	return cli_fail("unknown sandbox command '%s' (try `airlock sandbox --help`)", sub);

@@ -13,6 +13,8 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -431,4 +433,34 @@ int mkdir_open_no_symlinks(int dirfd, const char *path, mode_t mode)
 		r = open_no_symlinks(pfd, name, O_RDONLY | O_DIRECTORY, 0);
 	close(pfd);
 	return r;
+}
+
+int open_append(const char *path, bool nofollow)
+{
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY |
+				    (nofollow ? O_NOFOLLOW : 0),
+		      0600);
+	return fd < 0 ? -errno : fd;
+}
+
+int listen_unix_private(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t len = strlen(path);
+	if (len >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, len + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	unlink(path);
+	mode_t old = umask(0077);
+	int r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (r < 0 || listen(fd, 8) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
 }

@@ -86,3 +86,11 @@ int open_parent_no_symlinks(int dirfd, const char *path, char *name, size_t name
  * is only opened.
  */
 int mkdir_open_no_symlinks(int dirfd, const char *path, mode_t mode);
+
+/* Opens path for appending (created 0600); nofollow: no link in the last
+ * component. The descriptor, or a negative errno. */
+int open_append(const char *path, bool nofollow);
+
+/* A listening AF_UNIX stream socket at path (a stale one replaced) that
+ * only its owner can connect to (made under umask 077). */
+int listen_unix_private(const char *path);
