@@ -74,6 +74,7 @@ struct gw_engine {
 		SSL_SESSION *sess;
 	} sessions[SESSION_CACHE];
 	unsigned next_session;
+	int session_key_idx;     /* the SSL ex-data slot of a session's host:port */
 	char *bundle;            /* the system bundle, until first needed */
 	size_t bundle_len;
 	struct gw_sbx *sandboxes;

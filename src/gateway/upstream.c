@@ -314,8 +314,6 @@ static void dns_cb(int result, struct evutil_addrinfo *res, void *ud)
 
 /* ---- upstream TLS sessions: resumed for the same host:port ---- */
 
-static int session_key_idx = -1;
-
 static void free_session_key(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
 			     void *argp)
 {
@@ -325,7 +323,7 @@ static void free_session_key(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int id
 static int new_session_cb(SSL *ssl, SSL_SESSION *sess)
 {
 	struct gw_engine *e = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
-	const char *key = SSL_get_ex_data(ssl, session_key_idx);
+	const char *key = e ? SSL_get_ex_data(ssl, e->session_key_idx) : NULL;
 	if (!e || !key)
 		return 0;
 	unsigned slot = e->next_session;
@@ -348,7 +346,7 @@ static void session_attach(struct gw_engine *e, SSL *ssl, const char *host, uint
 	char key[GW_HOST_MAX + 10];
 	snprintf(key, sizeof(key), "%s:%u", host, (unsigned)port);
 	char *k = strdup(key);
-	if (!k || !SSL_set_ex_data(ssl, session_key_idx, k)) {
+	if (!k || !SSL_set_ex_data(ssl, e->session_key_idx, k)) {
 		free(k);
 		return;
 	}
@@ -362,8 +360,8 @@ static void session_attach(struct gw_engine *e, SSL *ssl, const char *host, uint
 
 void gw_upstream_ctx_setup(struct gw_engine *e)
 {
-	if (session_key_idx < 0)
-		session_key_idx = SSL_get_ex_new_index(0, NULL, NULL, NULL, free_session_key);
+	/* Where each upstream SSL keeps its host:port key (freed with it). */
+	e->session_key_idx = SSL_get_ex_new_index(0, NULL, NULL, NULL, free_session_key);
 	SSL_CTX_set_app_data(e->up_ctx, e);
 	SSL_CTX_set_session_cache_mode(e->up_ctx,
 				       SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
