@@ -506,7 +506,9 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 	cfg->connect_ms = 10 * 1000;
 	cfg->upstream_ms = 300 * 1000;
 	cfg->write_ms = 60 * 1000;
-	cfg->audit_max = GW_DEFAULT_AUDIT_MAX;
+	/* A sandbox's log is bounded; `airlock gateway`'s is the operator's
+	 * (rotated like any service's), unless the policy sets a limit. */
+	cfg->audit_max = o->many_clients ? UINT64_MAX : GW_DEFAULT_AUDIT_MAX;
 	cfg->max_conns = o->many_clients ? GW_MAX_CONNECTIONS : GW_DEFAULT_CONNECTIONS;
 	cfg->buffer_max = GW_DEFAULT_BUFFERS;
 	snprintf(cfg->label, sizeof(cfg->label), "%s", o->label ? o->label : "airlock");

@@ -57,7 +57,8 @@ struct gw_options {
 	size_t n_upstream_cas;
 	const char *vault_file;        /* NULL: no credentials */
 	bool many_clients;             /* `airlock gateway`: one listener for a whole host, so
-					* limits.connections defaults to its maximum */
+					* limits.connections defaults to its maximum and the
+					* audit log is not bounded unless limits.audit_max is set */
 };
 
 struct gw_config; /* opaque: parsed policy, credentials, overrides, CA files */
