@@ -16,7 +16,10 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 TEST_UID = 1000  # owner of test workspaces: an unprivileged host user
 # The tests' sandboxes take their uid ranges from here, apart from any other
 # airlock on this host, so that "no process left in our ranges" means ours.
-# Two test runs on one host (two checkouts) each set their own base.
+# Two test runs on one host (two checkouts) each set their own base: a uid
+# from 65536 with room for 4096 ranges of 65536 below 2^31 (0x10000000,
+# 0x30000000, 0x40000000, ... up to 0x6fff0000), away from the gateway's
+# default uid 0x5fffffff.
 UID_BASE = int(os.environ.get("AIRLOCK_TEST_UID_BASE", "0x20000000"), 0)
 UID_END = UID_BASE + 4096 * 65536
 
