@@ -160,7 +160,8 @@ static int request_build(char *const *argv, char *const *envp, const char *cwd, 
 /* ---- E, E1, E2 ---- */
 
 static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct request *req,
-						 struct sbx_stdio *io, int s, uint64_t pids)
+						 struct sbx_stdio *io, int s, uint64_t pids,
+						 const struct sbx_bpf *filter)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	/* Still host root: this also lowers oom_score_adj_min from the
@@ -227,6 +228,7 @@ static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct re
 				.pids = pids,
 				.io = io,
 				.status_fd = s,
+				.filter = filter,
 			};
 			sbx_run_init(&cmd);
 		}
@@ -288,7 +290,8 @@ static void keeper_reply_err(int conn, const char *why)
 	(void)ipc_send(conn, KEEPER_ERR, why, strlen(why) + 1, NULL, 0);
 }
 
-static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd, uint64_t pids)
+static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd, uint64_t pids,
+			 const struct sbx_bpf *filter)
 {
 	struct timeval tv = { .tv_sec = KEEPER_RECV_TIMEOUT_S };
 	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -324,7 +327,7 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd, uint6
 		struct sbx_stdio io = { .in = { msg.fds[0], -1 },
 					.out = { -1, msg.fds[1] },
 					.err = { -1, msg.fds[2] } };
-		exec_child(init_pidfd, &req, &io, msg.fds[3], pids);
+		exec_child(init_pidfd, &req, &io, msg.fds[3], pids, filter);
 	}
 	request_free(&req);
 	/* The client gets a pidfd, never a bare pid it would have to trust. */
@@ -339,7 +342,8 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd, uint6
 	close(efd);
 }
 
-void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, uint64_t pids)
+void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, uint64_t pids,
+		     const struct sbx_bpf *filter)
 {
 	/* Exec helpers that die before their children (a timeout kills them
 	 * first) hand those children to us, not to the host's init. */
@@ -382,7 +386,7 @@ void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, uint64_t pid
 		if (p[0].revents) {
 			int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
 			if (conn >= 0) {
-				keeper_serve(conn, listen_fd, init_pidfd, sfd, pids);
+				keeper_serve(conn, listen_fd, init_pidfd, sfd, pids, filter);
 				close(conn);
 			}
 		}

@@ -406,7 +406,7 @@ static void __attribute__((noreturn)) exec_command(const struct sbx_command *c)
 	}
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		_exit(125);
-	int r = sbx_seccomp_load();
+	int r = sbx_seccomp_install(c->filter);
 	if (r < 0) {
 		dprintf(2, "airlock: cannot load the seccomp filter: %s\n", strerror(-r));
 		_exit(125);
@@ -651,6 +651,7 @@ struct init_args {
 	int userns_fd, ws_userns_fd;
 	bool ephemeral;
 	struct sbx_command *cmd;
+	const struct sbx_bpf *filter;
 };
 
 static void __attribute__((noreturn)) init_fail(int st, int r, const char *what)
@@ -1004,7 +1005,7 @@ static int start_persistent(const struct init_args *a, struct sandbox *sb, struc
 			dup2(devnull, 1);
 			dup2(devnull, 2);
 		}
-		sbx_keeper_main(lfd, ipidfd, ipid, a->spec->pids);
+		sbx_keeper_main(lfd, ipidfd, ipid, a->spec->pids, a->filter);
 	}
 	close(rep[1]);
 	close(kgo[0]);
@@ -1136,6 +1137,12 @@ static int sandbox_start(const struct sbx_settings *set, const struct sbx_spec *
 		memcpy(sb->state.etc_gen, view.gen, sizeof(sb->state.etc_gen));
 	}
 
+	/* Compiled once here; every command of the sandbox loads it as it is. */
+	_cleanup_(sbx_seccomp_free) struct sbx_bpf filter = { 0 };
+	r = sbx_seccomp_compile(&filter, err);
+	if (r < 0)
+		return r;
+
 	_cleanup_(sbx_rootfs_plan_freep) struct sbx_rootfs_plan *plan = NULL;
 	r = sbx_rootfs_prepare(spec, &sb->paths, uid, etc_path, &plan, err);
 	if (r < 0)
@@ -1174,7 +1181,10 @@ static int sandbox_start(const struct sbx_settings *set, const struct sbx_spec *
 		.ws_userns_fd = ws_userns_fd,
 		.ephemeral = ephemeral,
 		.cmd = cmd,
+		.filter = &filter,
 	};
+	if (cmd)
+		cmd->filter = &filter;
 	if (ephemeral)
 		return start_ephemeral(&ia, sb, err);
 	return start_persistent(&ia, sb, err);

@@ -79,6 +79,7 @@ struct sbx_command {
 	uint64_t pids;
 	struct sbx_stdio *io;
 	int status_fd;
+	const struct sbx_bpf *filter; /* loaded right before exec */
 };
 
 int sbx_stdio_make(struct sbx_stdio *io);
@@ -99,8 +100,8 @@ void sbx_run_init(const struct sbx_command *c) __attribute__((noreturn));
 
 /* exec.c: the keeper of a persistent sandbox. Runs until the sandbox's init
  * (init_pidfd) exits, serving exec requests on listen_fd. */
-void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, uint64_t pids)
-	__attribute__((noreturn));
+void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, uint64_t pids,
+		     const struct sbx_bpf *filter) __attribute__((noreturn));
 /* Where a persistent sandbox's keeper listens. */
 int sbx_control_path(const struct sbx_paths *p, char *out, size_t size);
 
