@@ -164,6 +164,13 @@ static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct re
 						 const struct sbx_bpf *filter)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	/* E1 and E2, in the sandbox's pid namespaces, inherit this (the
+	 * request, the filter and the descriptors are not in that memory). */
+	int hr = sbx_hide_cmdline("airlock-init");
+	if (hr < 0) {
+		sbx_msg_send(s, SBX_MSG_ERROR, hr, "cannot hide the keeper's command line");
+		_exit(125);
+	}
 	/* Still host root: this also lowers oom_score_adj_min from the
 	 * keeper's -1000, so nothing inside can make itself unkillable. */
 	(void)write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "0");

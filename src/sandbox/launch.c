@@ -237,6 +237,70 @@ int sbx_drop_caps(void)
 	return 0;
 }
 
+/* Fields 48-51 of /proc/self/stat: where the kernel finds our arguments
+ * and environment for /proc/<pid>/cmdline and environ. */
+static int arg_env_regions(unsigned long ret[4])
+{
+	char buf[2048];
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -EIO;
+	buf[n] = '\0';
+	/* "pid (comm) state ...": comm may hold spaces and parentheses. */
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -EBADMSG;
+	p++;
+	for (int field = 3; field <= 51; field++) {
+		while (*p == ' ')
+			p++;
+		char *end;
+		errno = 0;
+		unsigned long v = strtoul(p, &end, 10);
+		if (field >= 48) {
+			if (end == p || errno)
+				return -EBADMSG;
+			ret[field - 48] = v;
+		}
+		p = strchr(p, ' ');
+		if (!p && field < 51)
+			return -EBADMSG;
+	}
+	return 0;
+}
+
+int sbx_hide_cmdline(const char *title)
+{
+	/*
+	 * This process's arguments and environment are the supervisor's
+	 * (binary path, --env values, vault and policy paths, upstreams), and
+	 * /proc/<pid>/cmdline of a process in the sandbox's pid namespace is
+	 * readable there. Both regions are wiped and the title written in
+	 * their place: nothing needs privilege, and nothing is left to read.
+	 * The caller uses no string from them any more (the command's argv
+	 * and environment are copies).
+	 */
+	unsigned long r[4];
+	int e = arg_env_regions(r);
+	if (e < 0)
+		return e;
+	unsigned long arg_start = r[0], arg_end = r[1], env_start = r[2], env_end = r[3];
+	const unsigned long max = 64ul << 20; /* far above ARG_MAX: a sanity bound */
+	if (arg_start == 0 || arg_end <= arg_start || arg_end - arg_start > max ||
+	    env_end < env_start || env_end - env_start > max)
+		return -EBADMSG;
+	memset((void *)env_start, 0, env_end - env_start);
+	size_t len = arg_end - arg_start;
+	memset((void *)arg_start, 0, len);
+	size_t t = strlen(title);
+	memcpy((void *)arg_start, title, t < len ? t : len - 1);
+	return 0;
+}
+
 int sbx_become_root(int userns_fd)
 {
 	if (setns(userns_fd, CLONE_NEWUSER) < 0)
@@ -698,6 +762,11 @@ static void __attribute__((noreturn)) init_main(const struct init_args *a, int s
 	r = sbx_rootfs_mount(a->plan, a->userns_fd, a->ws_userns_fd, &e);
 	if (r < 0)
 		init_fail(st, r, al_error_message(&e));
+	/* Done with the spec's strings (they live in the supervisor's
+	 * argument area): the sandbox will see none of it. */
+	r = sbx_hide_cmdline("airlock-init");
+	if (r < 0)
+		init_fail(st, r, "cannot hide the supervisor's command line from the sandbox");
 	char c;
 	ssize_t n;
 	while ((n = read(go_fd, &c, 1)) < 0 && errno == EINTR)
@@ -1215,10 +1284,28 @@ int sbx_run(const struct sbx_settings *set, const struct sbx_spec *spec, char *c
 		sbx_env_free(&env);
 		return al_error_set_errno(err, r, "environment");
 	}
+	/* The init wipes the argument area the caller's strings may live in
+	 * (sbx_hide_cmdline): the command's argv and cwd are copies. */
+	_cleanup_strv_ char **argv_copy = NULL;
+	_cleanup_free_ char *cwd_copy = strdup(opts->cwd ? opts->cwd : "/workspace");
+	size_t argc = 0;
+	while (argv[argc])
+		argc++;
+	argv_copy = calloc(argc + 1, sizeof(*argv_copy));
+	for (size_t i = 0; argv_copy && i < argc; i++)
+		if (!(argv_copy[i] = strdup(argv[i]))) {
+			strv_free(TAKE_PTR(argv_copy));
+			break;
+		}
+	if (!argv_copy || !cwd_copy) {
+		sbx_stdio_close(&io);
+		sbx_env_free(&env);
+		return al_error_set(err, -ENOMEM, "out of memory");
+	}
 	struct sbx_command cmd = {
-		.argv = argv,
+		.argv = argv_copy,
 		.envp = env.v,
-		.cwd = opts->cwd ? opts->cwd : "/workspace",
+		.cwd = cwd_copy,
 		.pids = spec->pids,
 		.io = &io,
 		.status_fd = -1,

@@ -95,6 +95,10 @@ int sbx_drop_caps(void);
 /* Joins the sandbox's user namespace (fd: a namespace fd or a pidfd of a
  * process in it) as root inside: no groups, not dumpable, trimmed caps. */
 int sbx_become_root(int fd);
+/* Wipes this process's copy of the supervisor's arguments and environment,
+ * so that /proc/<pid>/cmdline shows title and environ nothing. Every string
+ * that lived there (argv, the spec's options, getenv's results) is gone. */
+int sbx_hide_cmdline(const char *title);
 /* pid 1 of a pid namespace: starts c (if any), reaps, reports. */
 void sbx_run_init(const struct sbx_command *c) __attribute__((noreturn));
 

@@ -700,11 +700,16 @@ static int attach_tree(int tree_fd, const char *dst, struct al_error *err)
 	return 0;
 }
 
+/*
+ * The overlay's options name its layers relative to the private tmpfs (the
+ * caller's working directory): /proc/self/mountinfo shows them as given,
+ * and the sandbox must not learn where its state directory is.
+ */
 static int mount_layer(const struct sbx_rootfs_plan *plan, const struct layer *l, int userns_fd,
 		       struct al_error *err)
 {
 	char staged[SBX_PATH_MAX], target[SBX_PATH_MAX], opts[3 * SBX_PATH_MAX + 128];
-	if (fmt(staged, sizeof(staged), "%s/lower/%s", plan->mnt, l->name) < 0 ||
+	if (fmt(staged, sizeof(staged), "lower/%s", l->name) < 0 ||
 	    fmt(target, sizeof(target), "%s%s%s", plan->root, *l->target ? "/" : "", l->target) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	if (mkdir(staged, 0700) < 0 && errno != EEXIST)
@@ -713,9 +718,9 @@ static int mount_layer(const struct sbx_rootfs_plan *plan, const struct layer *l
 	if (r < 0)
 		return r;
 	if (fmt(opts, sizeof(opts),
-		"lowerdir=%s,upperdir=%s/%s,workdir=%s/%s,redirect_dir=off,metacopy=off,"
+		"lowerdir=%s,upperdir=upper/%s,workdir=work/%s,redirect_dir=off,metacopy=off,"
 		"index=off,xino=off,volatile",
-		staged, plan->upper, l->name, plan->work, l->name) < 0)
+		staged, l->name, l->name) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "overlay options too long");
 	if (mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
 		return al_error_set_errno(err, -errno, "cannot mount overlay on /%s", l->target);
@@ -847,6 +852,9 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 	if (mount(NULL, plan->root, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
 		return al_error_set_errno(err, -errno, "cannot remount %s", plan->root);
 
+	/* Overlay layers are named relative to the tmpfs (see mount_layer). */
+	if (chdir(plan->mnt) < 0)
+		return al_error_set_errno(err, -errno, "chdir %s", plan->mnt);
 	for (size_t i = 0; i < plan->n_layers; i++) {
 		int r = mount_layer(plan, &plan->layers[i], userns_fd, err);
 		if (r < 0)

@@ -337,6 +337,93 @@ def test_setuid_does_not_escalate(airlock, workspace, probe):
                 assert not mode & 0o6000
 
 
+# What a process inside can read that could name the host: every process's
+# command line, and pid 1's environment, links and maps (normally refused:
+# it is not dumpable), and the mount tables.
+READ_EVERYTHING = r"""
+for d in /proc/[0-9]*; do
+  echo "== $d/cmdline"; tr '\0' ' ' < $d/cmdline 2>&1; echo
+done
+for f in environ maps mountinfo mounts mountstats cgroup status; do
+  echo "== /proc/1/$f"; tr '\0' '\n' < /proc/1/$f 2>&1
+done
+for l in exe cwd root; do echo "== /proc/1/$l $(readlink /proc/1/$l 2>&1)"; done
+for f in mountinfo mounts mountstats cgroup; do echo "== /proc/self/$f"; cat /proc/self/$f; done
+echo "== /proc/self/mountinfo ends"
+"""
+
+
+def host_strings_in(out, host_strings, workspace=None):
+    """The host strings found in out. The one exception: the root of the
+    /workspace mount in mountinfo is the workspace's path within its
+    filesystem (the kernel shows a bind mount that way: docs/sandbox.md)."""
+    kept = []
+    for line in out.splitlines():
+        fields = line.split()
+        if workspace and len(fields) > 5 and fields[4] == "/workspace" and " - " in line:
+            fields[3] = "(workspace root)"
+            line = " ".join(fields)
+        kept.append(line)
+    text = "\n".join(kept)
+    return [s for s in host_strings if s in text]
+
+
+@pytest.fixture
+def gateway_files(tmp_path):
+    d = tmp_path / "gw-files-HOSTPATH"
+    d.mkdir(mode=0o700)
+    policy = d / "policy-HOSTPATH.yaml"
+    policy.write_text("rules:\n  - id: api\n    host: api.example.test\n")
+    vault = d / "vault-HOSTPATH.yaml"
+    fd = os.open(vault, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("secrets:\n  example-key: \"sk-not-used-0123456789\"\n")
+    return {"policy": str(policy), "vault": str(vault)}
+
+
+def test_nothing_of_the_host_visible(airlock, tmp_path, gateway_files):
+    """Nothing a sandboxed process can read names the host: not the
+    supervisor's command line (binary, --env values, vault and policy paths,
+    upstreams), nor its environment, nor the state directory, nor the
+    workspace's host path (but for the kernel's root of the bind)."""
+    ws = tmp_path / "workspace-HOSTPATH-a1b2"
+    ws.mkdir()
+    os.chown(ws, TEST_UID, TEST_UID)
+    upstream = "127.0.0.1:40999"
+    env_value = "ENVVALUE-HOSTPATH-77"
+    opts = ["--workspace", str(ws), "--env", f"GIVEN={env_value}",
+            "--policy", gateway_files["policy"], "--vault", gateway_files["vault"],
+            "--upstream", f"api.example.test:443={upstream}"]
+    host_strings = [airlock.state_dir, os.path.realpath(airlock.bin), airlock.bin,
+                    gateway_files["policy"], gateway_files["vault"], upstream, str(ws),
+                    str(tmp_path), "AIRLOCK_STATE_DIR", "AIRLOCK_CGROUP_PARENT", env_value]
+    script = READ_EVERYTHING.replace("/proc/self/mountinfo ends",
+                                     "own environment: skipped (it holds --env by design)")
+    p = airlock.run(*opts, "--", "/bin/sh", "-c", script,
+                    env={"HOST_ONLY_VAR": "HOSTENV-HOSTPATH"})
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode()
+    assert "== /proc/1/cmdline\nairlock-init" in out, out[:2000]
+    assert "lowerdir=" in out  # the mount tables were read
+    # The command's own command line is the script, which names none of them.
+    leaks = host_strings_in(out, host_strings + ["HOSTENV-HOSTPATH"], workspace=str(ws))
+    assert leaks == [], (leaks, out)
+
+    # A persistent sandbox: the exec helpers run forked from its keeper,
+    # whose memory is `sandbox create`'s.
+    sid = airlock.sandbox("create", *opts, check=True).stdout.decode().strip()
+    try:
+        p = airlock.sandbox("exec", "--env", "EXEC_GIVEN=EXEC-HOSTPATH", sid, "--",
+                            "/bin/sh", "-c", script)
+        assert p.returncode == 0, p.stderr
+        out = p.stdout.decode()
+        assert "== /proc/1/cmdline\nairlock-init" in out, out[:2000]
+        leaks = host_strings_in(out, host_strings + ["EXEC-HOSTPATH"], workspace=str(ws))
+        assert leaks == [], (leaks, out)
+    finally:
+        airlock.sandbox("destroy", sid, check=True)
+
+
 def test_environment_is_clean(airlock):
     p = airlock.run("--env", "GIVEN=1", "--", "/usr/bin/env",
                     env={"HOST_SECRET_TOKEN": "SECRET-ENV", "TERM": "xterm"}, check=True)
