@@ -438,6 +438,9 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot build the command's request");
 
+	/* Before the command can start: kills after this are its (or of
+	 * another command running at the same time in the same sandbox). */
+	uint64_t oom_before = sbx_cgroup_oom_kills(&st.cg);
 	struct sbx_stdio io;
 	int chan[2] = { -1, -1 };
 	r = sbx_stdio_make(&io);
@@ -475,7 +478,7 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 	if (r >= 0) {
 		st.cg.dirfd = -1;
 		struct sbx_result res;
-		r = sbx_supervise(chan[0], helper, opts, &io, &st.cg, &res, err);
+		r = sbx_supervise(chan[0], helper, opts, &io, &st.cg, oom_before, &res, err);
 		if (r >= 0)
 			*ret = res;
 	}

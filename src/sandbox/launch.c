@@ -1313,7 +1313,8 @@ int sbx_run(const struct sbx_settings *set, const struct sbx_spec *spec, char *c
 	r = sandbox_start(set, spec, true, &cmd, &sb, err);
 	if (r >= 0) {
 		struct sbx_result res;
-		r = sbx_supervise(sb.status_fd, sb.init_pidfd, opts, &io, &sb.state.cg, &res, err);
+		/* A fresh cgroup: every OOM kill in it is this command's. */
+		r = sbx_supervise(sb.status_fd, sb.init_pidfd, opts, &io, &sb.state.cg, 0, &res, err);
 		if (r >= 0)
 			*ret = res;
 	}
@@ -1439,6 +1440,7 @@ int sbx_list(const struct sbx_settings *set,
 		int pidfd = sbx_state_pidfd(&st);
 		info.running = pidfd >= 0;
 		safe_close(pidfd);
+		info.oom_kills = sbx_cgroup_oom_kills(&st.cg);
 		r = fn(&info, userdata);
 		if (r < 0)
 			break;

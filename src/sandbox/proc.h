@@ -111,7 +111,8 @@ int sbx_control_path(const struct sbx_paths *p, char *out, size_t size);
 
 /* supervise.c: pumps stdio, enforces the timeout and output cap, and waits
  * for the command's status on status_fd. kill_pidfd is the process whose
- * death ends everything the command started. */
+ * death ends everything the command started. oom_before: the cgroup's OOM
+ * kill count before the command could start (0 for a fresh sandbox). */
 int sbx_supervise(int status_fd, int kill_pidfd, const struct sbx_exec_opts *opts,
-		  struct sbx_stdio *io, const struct sbx_cgroup *cg, struct sbx_result *ret,
-		  struct al_error *err);
+		  struct sbx_stdio *io, const struct sbx_cgroup *cg, uint64_t oom_before,
+		  struct sbx_result *ret, struct al_error *err);

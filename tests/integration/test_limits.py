@@ -87,6 +87,42 @@ def test_memory_bomb_killed_137(airlock):
     assert p.stdout.strip() == b"ok"
 
 
+BOMB = "python3 -c 'b = [b\"x\" * (1 << 20) for _ in range(1024)]'"
+
+
+def test_oom_kill_of_a_child_is_reported(airlock):
+    """A process of the sandbox killed by the memory limit is reported even
+    when the command then exits on its own, with the command's status."""
+    why = memory_bomb_can_be_checked()
+    if why:
+        pytest.skip(f"{why}: a process over the memory limit is swapped out, not killed")
+    p = sh(airlock, f"{BOMB}; echo child=$?; exit 1", "--memory", "64M")
+    assert p.returncode == 1, p.stderr
+    assert b"child=137" in p.stdout
+    assert (b"1 process was killed by the sandbox's memory limit (OOM); the command exited "
+            b"with status 1") in p.stderr, p.stderr
+    # Without a kill, nothing is said.
+    p = sh(airlock, "exit 1", "--memory", "64M")
+    assert p.returncode == 1 and p.stderr == b""
+    # A persistent sandbox: each exec reports its own kills; `list` the total.
+    sid = airlock.sandbox("create", "--memory", "64M", check=True).stdout.decode().strip()
+    try:
+        p = airlock.sandbox("exec", sid, "--", "/bin/sh", "-c",
+                            f"{BOMB}; {BOMB}; echo children=$?; exit 3")
+        assert p.returncode == 3, p.stderr
+        assert (b"2 processes were killed by the sandbox's memory limit (OOM); the command "
+                b"exited with status 3") in p.stderr, p.stderr
+        p = airlock.sandbox("exec", sid, "--", "python3", "-c",
+                            "b = [b'x' * (1 << 20) for _ in range(1024)]")
+        assert p.returncode == 137
+        assert b"memory limit (OOM; 1 process killed)" in p.stderr, p.stderr
+        listing = airlock.sandbox("list", check=True).stdout.decode().splitlines()
+        header, row = listing[0].split(), [l for l in listing if l.startswith(sid)][0].split()
+        assert row[header.index("OOM")] == "3", listing
+    finally:
+        airlock.sandbox("destroy", sid, check=True)
+
+
 def test_timeout_kills_grandchildren(airlock, workspace):
     t0 = time.monotonic()
     p = sh(airlock, "(sleep 3; echo alive > /workspace/marker) & "
