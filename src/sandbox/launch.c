@@ -178,16 +178,17 @@ static int sandbox_userns(uint32_t uid)
 }
 
 /*
- * The workspace's idmap: on disk, the workspace's owner is the sandbox's
- * root; the rest of the sandbox's range keeps its own host ids, exactly as
- * outside the workspace. Nothing else on disk (host root above all) has a
- * name inside, so the sandbox can neither act as nor create files of any
- * other host user.
+ * The workspace's idmap: on disk, the workspace's owner (and group) is the
+ * sandbox's root, and no other id is mapped at all. So everything the
+ * sandbox makes there belongs to the owner; a chown or chgrp to any other
+ * id, and files made by any other user inside, are refused by the kernel
+ * (EOVERFLOW): the owner can always read and remove all of it, and nothing
+ * there belongs to a uid range another sandbox will get. Files of other
+ * host users have no name inside; root inside has no power over them.
  */
 static void ws_map(char *out, size_t size, uint32_t base, uint32_t owner)
 {
-	snprintf(out, size, "%" PRIu32 " %" PRIu32 " 1\n%" PRIu32 " %" PRIu32 " %u\n", owner, base,
-		 base + 1, base + 1, SBX_RANGE - 1);
+	snprintf(out, size, "%" PRIu32 " %" PRIu32 " 1\n", owner, base);
 }
 
 static int workspace_userns(uint32_t base, uint32_t owner_uid, uint32_t owner_gid)

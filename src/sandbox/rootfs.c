@@ -377,15 +377,12 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 	struct stat st;
 	if (fstat(fd, &st) < 0)
 		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
-	if (st.st_uid >= plan->uid && st.st_uid < plan->uid + SBX_RANGE) {
-		/* Already in this sandbox's own range: shown as it is. */
-		return 0;
-	}
 	if (st.st_uid != 0) {
-		/* Inside, the workspace's owner and group are root's; files the
-		 * sandbox creates belong to them on the host. The group must be
-		 * mapped (the kernel refuses writes to a directory whose group
-		 * has no name inside), so it must not be the host's root group. */
+		/* Inside, the workspace's owner and group are root's, and they
+		 * are the only ids the workspace's mount maps (see ws_map in
+		 * launch.c). The group must be mapped (the kernel refuses writes
+		 * to a directory whose group has no name inside), so it must not
+		 * be the host's root group. */
 		gid_t gid = st.st_gid;
 		if (gid == 0)
 			return al_error_set(err, -EPERM,
@@ -424,6 +421,8 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 				    spec->workspace, spec->workspace);
 	if (fchown(dfd, plan->uid, plan->uid) < 0)
 		return al_error_set_errno(err, -errno, "cannot hand workspace to the sandbox");
+	plan->ws_idmap = true;
+	plan->ws_uid = plan->ws_gid = plan->uid;
 	return 0;
 }
 

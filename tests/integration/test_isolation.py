@@ -285,22 +285,22 @@ def test_x32_abi_killed(airlock, workspace, probe):
 
 def test_root_inside_is_unprivileged_outside(airlock, workspace):
     p = sh(airlock, "id -u; cat /proc/self/uid_map; echo data > /workspace/made-inside; "
-                    "mkdir /workspace/dir; chown 1234:1234 /workspace/dir; "
+                    "mkdir /workspace/dir; chown 1234:1234 /workspace/dir; echo c1234=$?; "
                     "touch /workspace/as-1000; chown 1000:1000 /workspace/as-1000; echo c1000=$?; "
-                    "touch /tmp/t && chown 0:0 /tmp/t && echo chown-ok",
+                    "touch /tmp/t && chown 1234:1234 /tmp/t && stat -c %u /tmp/t",
            "--workspace", str(workspace), check=True)
     lines = p.stdout.decode().split("\n")
     assert lines[0] == "0"
     inside, outside, count = (int(x) for x in lines[1].split())
     assert inside == 0 and outside >= 65536 and count == 65536
-    assert b"chown-ok" in p.stdout
-    # On the host: the workspace owner, never root.
-    st = os.stat(workspace / "made-inside")
-    assert st.st_uid == TEST_UID and st.st_gid == TEST_UID
-    st = os.stat(workspace / "dir")
-    assert st.st_uid == outside + 1234 and st.st_gid == outside + 1234
-    # Inside uid 1000 is the sandbox's own uid, not the host's user 1000.
-    assert os.stat(workspace / "as-1000").st_uid == outside + 1000
+    # Outside the workspace root inside owns its range: chown works there.
+    assert lines[4] == "1234", lines
+    # In the workspace, only the owner's ids exist: no chown to others.
+    assert lines[2:4] == ["c1234=1", "c1000=1"], lines
+    # On the host: the workspace owner, never root, never the range.
+    for n in ("made-inside", "dir", "as-1000"):
+        st = os.stat(workspace / n)
+        assert (st.st_uid, st.st_gid) == (TEST_UID, TEST_UID), n
     for root, dirs, files in os.walk(workspace):
         for n in dirs + files:
             assert os.lstat(os.path.join(root, n)).st_uid != 0
@@ -308,6 +308,55 @@ def test_root_inside_is_unprivileged_outside(airlock, workspace):
     p = sh(airlock, "touch /workspace/f; stat -c %u /workspace/f; cat /proc/self/uid_map",
            check=True)
     assert p.stdout.split()[0] == b"0"
+
+
+MESS = r"""
+cd /workspace
+echo a > f1; mkdir -p d/sub; echo b > d/sub/f2; ln -s /etc/passwd d/link; mkfifo d/fifo
+for id in 1 100 1000 1234 65534 65535; do
+  chown $id f1 && echo "chown $id: allowed"; chown -h $id d/link && echo "chown -h $id: allowed"
+  chgrp $id d && echo "chgrp $id: allowed"; chown -R $id:$id d && echo "chown -R $id: allowed"
+done
+python3 -c 'import os; os.chown("f1", 4321, -1)' 2>/dev/null && echo "python chown: allowed"
+mkdir open; chmod 1777 open
+for u in 1 1000 65534; do
+  setpriv --reuid=$u --regid=$u --clear-groups sh -c "echo x > /workspace/open/by-$u" 2>/dev/null     && echo "user $u: created a file"
+  setpriv --reuid=$u --regid=$u --clear-groups mkdir /workspace/open/dir-$u 2>/dev/null     && echo "user $u: created a directory"
+done
+mkdir locked; echo c > locked/inner; mkdir locked/deeper; echo d > locked/deeper/f3
+chmod 000 locked/deeper locked; chmod 000 f1
+chmod g+s d 2>/dev/null && echo "setgid dir: allowed"
+mkdir -m 2775 sg 2>/dev/null; mkdir -m 4775 su 2>/dev/null
+touch x; chmod u+s x 2>/dev/null && echo "setuid file: allowed"
+python3 -c 'import os; fd = os.open("y", os.O_CREAT | os.O_WRONLY, 0o6755)' 2>/dev/null   && echo "setuid create: allowed"
+echo done
+"""
+
+
+def test_workspace_owner_can_always_remove_everything(airlock, workspace):
+    """Whatever root (or any other user) inside does in the workspace, its
+    owner on the host can read and remove all of it afterwards, and nothing
+    there belongs to the sandbox's uid range (which another sandbox gets
+    later)."""
+    p = sh(airlock, MESS, "--workspace", str(workspace))
+    out = p.stdout.decode()
+    assert out.rstrip().endswith("done"), (out, p.stderr)
+    assert "allowed" not in out and "created" not in out, out
+    # Every entry is the owner's, with no setuid or setgid bit.
+    for root, dirs, files in os.walk(workspace):
+        for n in dirs + files:
+            st = os.lstat(os.path.join(root, n))
+            assert (st.st_uid, st.st_gid) == (TEST_UID, TEST_UID), (root, n, st)
+            assert not st.st_mode & 0o6000, (root, n, oct(st.st_mode))
+    # As the owner: make everything accessible (an owner may always chmod
+    # what it owns), read it all, remove it all.
+    script = ("chmod -R u+rwX . && find . -type f -exec cat {} + >/dev/null && "
+              "find . -mindepth 1 -delete && ls -A")
+    r = subprocess.run(["setpriv", f"--reuid={TEST_UID}", f"--regid={TEST_UID}",
+                        "--clear-groups", "sh", "-c", script], cwd=workspace,
+                       capture_output=True)
+    assert r.returncode == 0, r
+    assert r.stdout == b"" and os.listdir(workspace) == []
 
 
 def test_setuid_does_not_escalate(airlock, workspace, probe):
