@@ -73,6 +73,10 @@ int sbx_lock_dir(const char *dir, bool wait);
 /* 0 when path is a real directory owned by root and writable by root alone. */
 int sbx_check_private_dir(const char *path);
 
+/* lifecycle.c: whether a sandbox of the state directory (ud: the settings)
+ * uses this generation of the /etc view. */
+bool sbx_etc_gen_in_use(const char *gen, void *ud);
+
 /* cgroup.c */
 struct sbx_cgroup_knob {
 	int controller; /* index into sbx_cgroup.path: 0 memory, 1 pids, 2 cpu */
