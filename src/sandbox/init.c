@@ -156,7 +156,7 @@ static void __attribute__((noreturn)) init_main(const struct sbx_init_args *a, i
 	close(go_fd);
 	if (need_cgroupns && unshare(CLONE_NEWCGROUP) < 0)
 		init_fail(st, -errno, "cannot create the cgroup namespace");
-	r = sbx_become_root(a->userns_fd);
+	r = sbx_become_root(a->userns_fd, true);
 	if (r < 0)
 		init_fail(st, r, "cannot enter the user namespace");
 	/* Nothing of the supervisor's stays open here (its stdio, locks,

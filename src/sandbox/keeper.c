@@ -7,15 +7,19 @@
  * <state>/<id>/control (root only). `airlock sandbox exec` (exec.c)
  * connects, sends one EXEC frame (the command, its environment and working
  * directory, plus the descriptors for stdin, stdout, stderr and the status
- * channel) and supervises the command itself. The keeper forks:
+ * channel) and supervises the command itself.
  *
- *   E   host root; setns() into the sandbox's mount, net, uts, ipc, cgroup
- *       and pid namespaces (already in the cgroup: no migration)
- *   E1  in the sandbox's pid namespace; unshare(pid); joins the user
- *       namespace and becomes root inside
- *   E2  pid 1 of the command's own pid namespace: starts the command,
- *       reaps, reports. Killing E (or E1) kills E2 through the parent-death
- *       signal, and with it every process the command started.
+ * The keeper joins the sandbox's pid namespace for its children once the
+ * init is up, so for each exec it forks one helper straight into it:
+ *
+ *   helper  setns() into the sandbox's mount, net, uts, ipc and cgroup
+ *           namespaces (already in the cgroup: no migration); unshare(pid,
+ *           mnt) for the command; becomes root inside and waits, ending
+ *           the command if the client goes away
+ *   init    pid 1 of the command's own pid namespace, with its own /proc:
+ *           starts the command, reaps, reports. Killing the helper kills
+ *           it through the parent-death signal, and with it every process
+ *           the command started.
  *
  * The request comes from root on the same host, but the keeper is a
  * long-lived privileged process: it checks every frame and field anyway.
@@ -119,121 +123,110 @@ static int request_parse(const uint8_t *data, size_t len, struct request *ret)
 	return 0;
 }
 
-/* ---- E, E1, E2 ---- */
+/* ---- the exec helper and the command's init ---- */
 
-static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct request *req,
-						 struct sbx_stdio *io, int s, uint64_t pids,
-						 const struct sbx_bpf *filter)
+/*
+ * The exec helper, forked by the keeper straight into the sandbox's pid
+ * namespace (the keeper joined it for its children). It enters the other
+ * namespaces, makes the command's own pid and mount namespaces, and forks
+ * their pid 1, which mounts a /proc for them, becomes root inside and runs
+ * the command. The helper becomes root inside too, and stays to end the
+ * command should the client go away. Killing the helper (the client's
+ * timeout does) kills the command's init, hence every process it started.
+ */
+static void __attribute__((noreturn)) exec_helper(int init_pidfd, const struct sbx_argarea *area,
+						  const struct request *req, struct sbx_stdio *io,
+						  int s, uint64_t pids, const struct sbx_bpf *filter)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	/* E1 and E2, in the sandbox's pid namespaces, inherit this (the
-	 * request, the filter and the descriptors are not in that memory). */
-	int hr = sbx_hide_cmdline("airlock-init");
-	if (hr < 0) {
-		sbx_msg_send(s, SBX_MSG_ERROR, hr, "cannot hide the keeper's command line");
-		_exit(125);
-	}
+	/* The keeper's memory: its arguments are wiped already; the title is
+	 * what the command's /proc/1/cmdline shows. */
+	sbx_argarea_wipe(area, "airlock-init");
 	/* Still host root: this also lowers oom_score_adj_min from the
 	 * keeper's -1000, so nothing inside can make itself unkillable. */
 	(void)write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "0");
 	if (setns(init_pidfd, CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC |
-				      CLONE_NEWCGROUP | CLONE_NEWPID) < 0) {
+				      CLONE_NEWCGROUP) < 0) {
 		sbx_msg_send(s, SBX_MSG_ERROR, -errno, "cannot enter the sandbox's namespaces");
 		_exit(125);
 	}
-	/* Pipes whose write ends only the parent holds: a child sees its
-	 * parent's death as a hang-up even if the parent died before the
-	 * child could ask for SIGKILL on it. */
-	int alive[2], ealive[2];
-	if (pipe2(alive, O_CLOEXEC) < 0 || pipe2(ealive, O_CLOEXEC) < 0)
+	/* Its children get a pid namespace of their own, and a mount namespace
+	 * whose /proc shows that pid namespace, so that a command's pids and
+	 * /proc agree. */
+	if (unshare(CLONE_NEWPID | CLONE_NEWNS) < 0) {
+		sbx_msg_send(s, SBX_MSG_ERROR, -errno, "cannot create the command's namespaces");
 		_exit(125);
-	pid_t e1 = fork();
-	if (e1 < 0) {
+	}
+	/* A pipe whose write end only this helper holds: the command's init
+	 * sees the helper's death as a hang-up even if the helper died before
+	 * the init could ask for SIGKILL on it. */
+	int alive[2];
+	if (pipe2(alive, O_CLOEXEC) < 0)
+		_exit(125);
+	pid_t e2 = fork();
+	if (e2 < 0) {
 		sbx_msg_send(s, SBX_MSG_ERROR, -errno, "fork");
 		_exit(125);
 	}
-	if (e1 == 0) {
-		/* E1: its children get a pid namespace of their own, and a mount
-		 * namespace whose /proc shows that pid namespace, so that a
-		 * command's pids and /proc agree. */
-		close(ealive[1]);
-		if (unshare(CLONE_NEWPID | CLONE_NEWNS) < 0) {
-			sbx_msg_send(s, SBX_MSG_ERROR, -errno, "cannot create the command's namespaces");
+	if (e2 == 0) {
+		/* pid 1 of the command's pid namespace; host root for the /proc
+		 * mount (over the sandbox's: nothing to unmount), then root
+		 * inside. */
+		close(alive[1]);
+		struct al_error e = { 0 };
+		if (sbx_rootfs_mount_proc("", &e) < 0) {
+			sbx_msg_send(s, SBX_MSG_ERROR, e.code, al_error_message(&e));
 			_exit(125);
 		}
-		pid_t e2 = fork();
-		if (e2 < 0) {
-			sbx_msg_send(s, SBX_MSG_ERROR, -errno, "fork");
+		int rr = sbx_become_root(init_pidfd, true);
+		if (rr < 0) {
+			sbx_msg_send(s, SBX_MSG_ERROR, rr, "cannot enter the sandbox's user namespace");
 			_exit(125);
 		}
-		if (e2 == 0) {
-			/* E2: pid 1 of the command's pid namespace; host root for
-			 * the /proc mount, then root inside. */
-			close(alive[1]);
-			struct al_error e = { 0 };
-			if (umount2("/proc", MNT_DETACH) < 0 ||
-			    sbx_rootfs_mount_proc("", &e) < 0) {
-				sbx_msg_send(s, SBX_MSG_ERROR, e.code ? e.code : -errno,
-					     e.code ? al_error_message(&e) : "cannot replace /proc");
-				_exit(125);
-			}
-			int rr = sbx_become_root(init_pidfd);
-			if (rr < 0) {
-				sbx_msg_send(s, SBX_MSG_ERROR, rr,
-					     "cannot enter the sandbox's user namespace");
-				_exit(125);
-			}
-			close(init_pidfd);
-			/* (set after the credential change, which clears it) */
-			prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-			struct pollfd pa = { .fd = alive[0], .events = POLLIN };
-			if (poll(&pa, 1, 0) != 0)
-				_exit(125);
-			close(alive[0]);
-			struct sbx_command cmd = {
-				.argv = req->argv,
-				.envp = req->envp,
-				.cwd = req->cwd,
-				.pids = pids,
-				.io = io,
-				.status_fd = s,
-				.filter = filter,
-			};
-			sbx_run_init(&cmd);
-		}
-		/* E1 itself becomes as harmless as the rest of the sandbox. */
-		if (sbx_become_root(init_pidfd) < 0) {
-			kill(e2, SIGKILL);
-			_exit(125);
-		}
-		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		struct pollfd pe = { .fd = ealive[0], .events = POLLIN };
-		if (poll(&pe, 1, 0) != 0) {
-			kill(e2, SIGKILL);
-			_exit(125);
-		}
-		close(ealive[0]);
 		close(init_pidfd);
+		/* (set after the credential change, which clears it) */
+		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+		struct pollfd pa = { .fd = alive[0], .events = POLLIN };
+		if (poll(&pa, 1, 0) != 0)
+			_exit(125);
 		close(alive[0]);
-		sbx_stdio_close(io);
-		close(s);
-		int wst;
-		while (waitpid(e2, &wst, 0) < 0 && errno == EINTR)
-			;
-		_exit(0);
+		struct sbx_command cmd = {
+			.argv = req->argv,
+			.envp = req->envp,
+			.cwd = req->cwd,
+			.pids = pids,
+			.io = io,
+			.status_fd = s,
+			.filter = filter,
+		};
+		sbx_run_init(&cmd);
 	}
+	/* The helper itself becomes as harmless as the rest of the sandbox (it
+	 * never execs: its bounding set does not matter). */
+	if (sbx_become_root(init_pidfd, false) < 0) {
+		kill(e2, SIGKILL);
+		_exit(125);
+	}
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	/* The keeper is in an ancestor pid namespace: while it lives our
+	 * parent's pid reads 0 here; had it died first, we would belong to the
+	 * sandbox's init now. */
+	if (getppid() != 0) {
+		kill(e2, SIGKILL);
+		_exit(125);
+	}
+	close(init_pidfd);
 	close(alive[0]);
-	close(alive[1]);
-	close(ealive[0]);
 	sbx_stdio_close(io);
 	/*
-	 * Wait for E1; if the client goes away first (killed, say), the
-	 * command goes too: nothing of an exec outlives the one who asked.
+	 * Wait for the command's init; if the client goes away first (killed,
+	 * say), the command goes too: nothing of an exec outlives the one who
+	 * asked.
 	 */
-	int e1fd = (int)syscall(SYS_pidfd_open, e1, 0);
+	int e2fd = (int)syscall(SYS_pidfd_open, e2, 0);
 	for (;;) {
 		struct pollfd w[2] = {
-			{ .fd = e1fd, .events = POLLIN },
+			{ .fd = e2fd, .events = POLLIN },
 			{ .fd = s, .events = POLLRDHUP },
 		};
 		if (poll(w, 2, -1) < 0 && errno != EINTR)
@@ -241,13 +234,13 @@ static void __attribute__((noreturn)) exec_child(int init_pidfd, const struct re
 		if (w[0].revents)
 			break;
 		if (w[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
-			kill(e1, SIGKILL);
+			kill(e2, SIGKILL);
 			break;
 		}
 	}
 	close(s);
 	int wst;
-	while (waitpid(e1, &wst, 0) < 0 && errno == EINTR)
+	while (waitpid(e2, &wst, 0) < 0 && errno == EINTR)
 		;
 	_exit(0);
 }
@@ -259,8 +252,8 @@ static void keeper_reply_err(int conn, const char *why)
 	(void)ipc_send(conn, KEEPER_ERR, why, strlen(why) + 1, NULL, 0);
 }
 
-static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd, uint64_t pids,
-			 const struct sbx_bpf *filter)
+static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd,
+			 const struct sbx_argarea *area, uint64_t pids, const struct sbx_bpf *filter)
 {
 	struct timeval tv = { .tv_sec = KEEPER_RECV_TIMEOUT_S };
 	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -296,7 +289,7 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd, uint6
 		struct sbx_stdio io = { .in = { msg.fds[0], -1 },
 					.out = { -1, msg.fds[1] },
 					.err = { -1, msg.fds[2] } };
-		exec_child(init_pidfd, &req, &io, msg.fds[3], pids, filter);
+		exec_helper(init_pidfd, area, &req, &io, msg.fds[3], pids, filter);
 	}
 	request_free(&req);
 	/* The client gets a pidfd, never a bare pid it would have to trust. */
@@ -314,7 +307,8 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd, uint6
 /* Runs until the sandbox's init (init_pidfd) exits, serving exec requests
  * on listen_fd. */
 static void __attribute__((noreturn)) keeper_main(int listen_fd, int init_pidfd, pid_t init_pid,
-						  uint64_t pids, const struct sbx_bpf *filter)
+						  const struct sbx_argarea *area, uint64_t pids,
+						  const struct sbx_bpf *filter)
 {
 	/* Exec helpers that die before their children (a timeout kills them
 	 * first) hand those children to us, not to the host's init. */
@@ -357,7 +351,7 @@ static void __attribute__((noreturn)) keeper_main(int listen_fd, int init_pidfd,
 		if (p[0].revents) {
 			int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
 			if (conn >= 0) {
-				keeper_serve(conn, listen_fd, init_pidfd, sfd, pids, filter);
+				keeper_serve(conn, listen_fd, init_pidfd, sfd, area, pids, filter);
 				close(conn);
 			}
 		}
@@ -455,7 +449,22 @@ static void __attribute__((noreturn)) keeper_child(const struct sbx_init_args *a
 		dup2(devnull, 1);
 		dup2(devnull, 2);
 	}
-	keeper_main(lfd, ipidfd, ipid, a->spec->pids, a->filter);
+	/* Every later child (the exec helpers) is born in the sandbox's pid
+	 * namespace: no helper of ours has to enter it. */
+	if (setns(ipidfd, CLONE_NEWPID) < 0) {
+		kill(ipid, SIGKILL);
+		_exit(125);
+	}
+	/* The creator's command line (--env values, paths) is not shown for
+	 * the keeper's whole life, not even to the host's other users. */
+	uint64_t pids = a->spec->pids;
+	struct sbx_argarea area;
+	if (sbx_argarea_get(&area) < 0) {
+		kill(ipid, SIGKILL);
+		_exit(125);
+	}
+	sbx_argarea_wipe(&area, "airlock-keeper");
+	keeper_main(lfd, ipidfd, ipid, &area, pids, a->filter);
 }
 
 int sbx_keeper_spawn(const struct sbx_init_args *a, const struct sbx_paths *p,

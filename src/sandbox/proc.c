@@ -69,6 +69,21 @@ pid_t sbx_clone3_fork(uint64_t flags, int *ret_pidfd, int cgroup_fd)
 
 /* ---- user namespaces ---- */
 
+/* The throwaway child: holds its user namespace until the pipe closes. It
+ * shares our memory (CLONE_VM): nothing of a large address space is copied
+ * for a process that only waits. */
+static int hold_userns(void *arg)
+{
+	const int *pipefd = arg; /* its own copies: the descriptor table is not shared */
+	close(pipefd[1]);
+	char c;
+	while (read(pipefd[0], &c, 1) < 0 && errno == EINTR)
+		;
+	return 0;
+}
+
+#define HOLDER_STACK (64 * 1024)
+
 /*
  * Makes a user namespace with the given maps and returns a descriptor for
  * it. A throwaway child holds the namespace while we write its maps.
@@ -78,21 +93,22 @@ static int make_userns(const char *uid_map, const char *gid_map)
 	int pipefd[2];
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return -errno;
-	pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, 0);
+	/* The child reads pipefd[0] until we close pipefd[1]. Its stack is
+	 * ours until we have reaped it. */
+	_cleanup_free_ char *stack = malloc(HOLDER_STACK);
+	if (!stack) {
+		close(pipefd[0]);
+		close(pipefd[1]);
+		return -ENOMEM;
+	}
+	pid_t pid = clone(hold_userns, stack + HOLDER_STACK, CLONE_NEWUSER | CLONE_VM | SIGCHLD,
+			  pipefd);
 	if (pid < 0) {
 		int r = -errno;
 		close(pipefd[0]);
 		close(pipefd[1]);
 		return r;
 	}
-	if (pid == 0) {
-		char c;
-		close(pipefd[1]);
-		while (read(pipefd[0], &c, 1) < 0 && errno == EINTR)
-			;
-		_exit(0);
-	}
-	close(pipefd[0]);
 	char path[64];
 	int r = 0, fd = -1;
 	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
@@ -110,6 +126,7 @@ static int make_userns(const char *uid_map, const char *gid_map)
 	close(pipefd[1]);
 	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 		;
+	close(pipefd[0]);
 	if (r < 0) {
 		safe_close(fd);
 		return r;
@@ -157,17 +174,36 @@ static const int kept_caps[] = {
 	CAP_SYS_PTRACE,
 };
 
-int sbx_drop_caps(void)
+static uint64_t kept_mask(void)
 {
 	uint64_t keep = 0;
 	for (size_t i = 0; i < ARRAY_SIZE(kept_caps); i++)
 		keep |= 1ULL << kept_caps[i];
+	return keep;
+}
+
+/* The bounding set: what a later exec could gain. Joining a user namespace
+ * fills it again, so it is dropped after that. */
+static int drop_bounding(void)
+{
+	uint64_t keep = kept_mask();
 	for (int c = 0; c <= 63; c++) {
 		if (keep & (1ULL << c))
 			continue;
-		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0) {
+			if (errno == EINVAL)
+				break; /* past the kernel's last capability */
 			return -errno;
+		}
 	}
+	return 0;
+}
+
+/* The effective, permitted and inheritable sets trimmed to the kept ones,
+ * and no ambient capabilities. */
+static int trim_caps(void)
+{
+	uint64_t keep = kept_mask();
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
 		return -errno;
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
@@ -187,7 +223,7 @@ int sbx_drop_caps(void)
 
 /* Fields 48-51 of /proc/self/stat: where the kernel finds our arguments
  * and environment for /proc/<pid>/cmdline and environ. */
-static int arg_env_regions(unsigned long ret[4])
+int sbx_argarea_get(struct sbx_argarea *ret)
 {
 	char buf[2048];
 	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
@@ -203,53 +239,57 @@ static int arg_env_regions(unsigned long ret[4])
 	if (!p)
 		return -EBADMSG;
 	p++;
+	unsigned long v[4];
 	for (int field = 3; field <= 51; field++) {
 		while (*p == ' ')
 			p++;
 		char *end;
 		errno = 0;
-		unsigned long v = strtoul(p, &end, 10);
+		unsigned long x = strtoul(p, &end, 10);
 		if (field >= 48) {
 			if (end == p || errno)
 				return -EBADMSG;
-			ret[field - 48] = v;
+			v[field - 48] = x;
 		}
 		p = strchr(p, ' ');
 		if (!p && field < 51)
 			return -EBADMSG;
 	}
+	const unsigned long max = 64ul << 20; /* far above ARG_MAX: a sanity bound */
+	if (v[0] == 0 || v[1] <= v[0] || v[1] - v[0] > max || v[3] < v[2] || v[3] - v[2] > max)
+		return -EBADMSG;
+	*ret = (struct sbx_argarea){ v[0], v[1], v[2], v[3] };
 	return 0;
+}
+
+void sbx_argarea_wipe(const struct sbx_argarea *a, const char *title)
+{
+	/*
+	 * The arguments and environment of a process forked from airlock are
+	 * the supervisor's (binary path, --env values, vault and policy paths,
+	 * upstreams), and /proc/<pid>/cmdline of a process in the sandbox's
+	 * pid namespace is readable there. Both regions are wiped and the
+	 * title written in their place: nothing needs privilege, and nothing
+	 * is left to read. The caller uses no string from them any more.
+	 */
+	memset((void *)a->env_start, 0, a->env_end - a->env_start);
+	size_t len = a->arg_end - a->arg_start;
+	memset((void *)a->arg_start, 0, len);
+	size_t t = strlen(title);
+	memcpy((void *)a->arg_start, title, t < len ? t : len - 1);
 }
 
 int sbx_hide_cmdline(const char *title)
 {
-	/*
-	 * This process's arguments and environment are the supervisor's
-	 * (binary path, --env values, vault and policy paths, upstreams), and
-	 * /proc/<pid>/cmdline of a process in the sandbox's pid namespace is
-	 * readable there. Both regions are wiped and the title written in
-	 * their place: nothing needs privilege, and nothing is left to read.
-	 * The caller uses no string from them any more (the command's argv
-	 * and environment are copies).
-	 */
-	unsigned long r[4];
-	int e = arg_env_regions(r);
-	if (e < 0)
-		return e;
-	unsigned long arg_start = r[0], arg_end = r[1], env_start = r[2], env_end = r[3];
-	const unsigned long max = 64ul << 20; /* far above ARG_MAX: a sanity bound */
-	if (arg_start == 0 || arg_end <= arg_start || arg_end - arg_start > max ||
-	    env_end < env_start || env_end - env_start > max)
-		return -EBADMSG;
-	memset((void *)env_start, 0, env_end - env_start);
-	size_t len = arg_end - arg_start;
-	memset((void *)arg_start, 0, len);
-	size_t t = strlen(title);
-	memcpy((void *)arg_start, title, t < len ? t : len - 1);
+	struct sbx_argarea a;
+	int r = sbx_argarea_get(&a);
+	if (r < 0)
+		return r;
+	sbx_argarea_wipe(&a, title);
 	return 0;
 }
 
-int sbx_become_root(int userns_fd)
+int sbx_become_root(int userns_fd, bool for_exec)
 {
 	if (setns(userns_fd, CLONE_NEWUSER) < 0)
 		return -errno;
@@ -257,7 +297,13 @@ int sbx_become_root(int userns_fd)
 		return -errno;
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
 		return -errno;
-	return sbx_drop_caps();
+	/* The bounding set limits only what an exec could gain. */
+	if (for_exec) {
+		int r = drop_bounding();
+		if (r < 0)
+			return r;
+	}
+	return trim_caps();
 }
 
 /* ---- the environment a command sees ---- */

@@ -99,14 +99,21 @@ int sbx_userns_sandbox(uint32_t uid);
 /* The workspace's idmap: owner_uid/owner_gid on disk are the sandbox's root
  * (host uid base), and nothing else is mapped. */
 int sbx_userns_workspace(uint32_t base, uint32_t owner_uid, uint32_t owner_gid);
-/* Trims root-inside's capabilities to the kept set (see launch.c). */
-int sbx_drop_caps(void);
 /* Joins the sandbox's user namespace (fd: a namespace fd or a pidfd of a
- * process in it) as root inside: no groups, not dumpable, trimmed caps. */
-int sbx_become_root(int fd);
+ * process in it) as root inside: no groups, not dumpable, capabilities
+ * trimmed to the kept set (proc.c). for_exec: this process or its children
+ * will exec what the sandbox runs, so the bounding set is trimmed too
+ * (joining a user namespace fills it again). */
+int sbx_become_root(int fd, bool for_exec);
+/* Where /proc/<pid>/cmdline and environ read from (fork keeps them). */
+struct sbx_argarea {
+	unsigned long arg_start, arg_end, env_start, env_end;
+};
+int sbx_argarea_get(struct sbx_argarea *ret);
 /* Wipes this process's copy of the supervisor's arguments and environment,
  * so that /proc/<pid>/cmdline shows title and environ nothing. Every string
  * that lived there (argv, the spec's options, getenv's results) is gone. */
+void sbx_argarea_wipe(const struct sbx_argarea *a, const char *title);
 int sbx_hide_cmdline(const char *title);
 /* pid 1 of a pid namespace: starts c (if any), reaps, reports. */
 void sbx_run_init(const struct sbx_command *c) __attribute__((noreturn));

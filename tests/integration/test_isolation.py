@@ -503,16 +503,27 @@ def test_mounts_are_nosuid_and_private(airlock):
         assert "shared:" not in line, line
 
 
-def test_no_new_privileges_and_caps(airlock):
-    p = sh(airlock, "grep -E '^(NoNewPrivs|Seccomp|CapBnd|CapEff):' /proc/self/status",
-           check=True)
-    fields = dict(l.split(":\t") for l in p.stdout.decode().splitlines())
+def check_privileges(out):
+    fields = dict(l.split(":\t") for l in out.decode().splitlines())
     assert fields["NoNewPrivs"] == "1"
     assert fields["Seccomp"] == "2"
-    bnd = int(fields["CapBnd"], 16)
-    assert not bnd & (1 << 21), "CAP_SYS_ADMIN must be dropped"
-    assert not bnd & (1 << 16), "CAP_SYS_MODULE must be dropped"
-    assert bnd & (1 << 0), "CAP_CHOWN is kept for root inside"
+    for which in ("CapBnd", "CapEff"):
+        caps = int(fields[which], 16)
+        assert not caps & (1 << 21), f"CAP_SYS_ADMIN must be dropped ({which})"
+        assert not caps & (1 << 16), f"CAP_SYS_MODULE must be dropped ({which})"
+        assert caps & (1 << 0), f"CAP_CHOWN is kept for root inside ({which})"
+
+
+def test_no_new_privileges_and_caps(airlock):
+    script = "grep -E '^(NoNewPrivs|Seccomp|CapBnd|CapEff):' /proc/self/status"
+    check_privileges(sh(airlock, script, check=True).stdout)
+    # The same for a command of a persistent sandbox (other helpers start it).
+    sid = airlock.sandbox("create", check=True).stdout.decode().strip()
+    try:
+        check_privileges(airlock.sandbox("exec", sid, "--", "/bin/sh", "-c", script,
+                                         check=True).stdout)
+    finally:
+        airlock.sandbox("destroy", sid, check=True)
 
 
 def test_etc_secrets_written_later_stay_out(airlock):
