@@ -193,6 +193,9 @@ static int validate_spec(const struct sbx_settings *set, const struct sbx_spec *
 
 static int make_state_dir(const struct sbx_settings *set, struct al_error *err)
 {
+	/* Usually there already: one check. */
+	if (sbx_check_private_dir(set->state_dir) == 0)
+		return 0;
 	char tmp[SBX_PATH_MAX];
 	snprintf(tmp, sizeof(tmp), "%s", set->state_dir);
 	for (char *s = tmp + 1; *s; s++) {
