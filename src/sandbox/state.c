@@ -462,16 +462,27 @@ static int rm_children(int topfd, int dfd, unsigned depth, unsigned *moved)
 	while ((errno = 0, de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		struct stat st;
-		if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			if (errno != ENOENT && ret == 0)
-				ret = -errno;
-			continue;
+		/* The entry's type comes with its name on most filesystems: no
+		 * stat per file. unlinkat never follows a link, and refuses a
+		 * directory (EISDIR), should one have taken the name since. */
+		bool dir = de->d_type == DT_DIR;
+		if (de->d_type == DT_UNKNOWN) {
+			struct stat st;
+			if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+				if (errno != ENOENT && ret == 0)
+					ret = -errno;
+				continue;
+			}
+			dir = S_ISDIR(st.st_mode);
 		}
-		if (!S_ISDIR(st.st_mode)) {
-			if (unlinkat(dfd, de->d_name, 0) < 0 && errno != ENOENT && ret == 0)
-				ret = -errno;
-			continue;
+		if (!dir) {
+			if (unlinkat(dfd, de->d_name, 0) == 0 || errno == ENOENT)
+				continue;
+			if (errno != EISDIR) {
+				if (ret == 0)
+					ret = -errno;
+				continue;
+			}
 		}
 		if (depth >= RM_MAX_DEPTH) {
 			char name[64];

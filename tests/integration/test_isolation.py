@@ -526,6 +526,50 @@ def test_no_new_privileges_and_caps(airlock):
         airlock.sandbox("destroy", sid, check=True)
 
 
+def test_etc_view_rebuilt_from_changes_only(airlock):
+    """A new view of /etc links what did not change from the previous one:
+    a file rewritten in place (same size, its mtime put back) or made
+    private must not come from the old copy."""
+    files = {n: f"/etc/airlock-test-view-{n}" for n in ("same", "edited", "private", "poke")}
+    sid = None
+    try:
+        for n in ("same", "edited", "private"):
+            with open(files[n], "w") as f:
+                f.write(f"{n}-v1\n")
+            os.chmod(files[n], 0o644)
+        # A persistent sandbox keeps the first view in use (and on disk).
+        sid = airlock.sandbox("create", check=True).stdout.decode().strip()
+        p = airlock.sandbox("exec", sid, "--", "/bin/sh", "-c", "cat /etc/airlock-test-view-*",
+                            check=True)
+        assert p.stdout.split() == [b"edited-v1", b"private-v1", b"same-v1"]
+        st = os.stat(files["edited"])
+        with open(files["edited"], "r+") as f:  # in place: same inode, same size
+            f.write("edited-v2\n")
+        os.utime(files["edited"], ns=(st.st_atime_ns, st.st_mtime_ns))
+        os.chmod(files["private"], 0o600)
+        with open(files["private"], "w") as f:
+            f.write("SECRET-v2\n")
+        with open(files["poke"], "w") as f:  # a new entry: /etc's view is rebuilt now
+            f.write("poke\n")
+        os.chmod(files["poke"], 0o644)
+        p = airlock.run("--", "/bin/sh", "-c", "cat /etc/airlock-test-view-*; true", check=True)
+        assert p.stdout.split() == [b"edited-v2", b"poke", b"same-v1"], p.stdout
+        assert b"SECRET" not in p.stdout
+        # The unchanged file came from the previous copy (one inode, two
+        # names); the edited one was copied anew.
+        cur = os.readlink(os.path.join(airlock.state_dir, ".etc", "current"))
+        copy = os.path.join(airlock.state_dir, ".etc", cur, "etc", "airlock-test-view-")
+        assert os.stat(copy + "same").st_nlink == 2
+        assert os.stat(copy + "edited").st_nlink == 1
+        assert not os.path.exists(copy + "private")
+    finally:
+        if sid:
+            airlock.sandbox("destroy", sid, check=True)
+        for f in files.values():
+            if os.path.exists(f):
+                os.unlink(f)
+
+
 def test_etc_secrets_written_later_stay_out(airlock):
     """A sandbox sees a filtered copy of /etc: a secret written into the
     host's /etc while it runs does not appear in it, nor in new sandboxes."""
