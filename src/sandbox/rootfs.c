@@ -217,14 +217,14 @@ static uint32_t shift(uint32_t base, uint32_t id)
 static int write_upper_data(struct maker *mk, int upperfd, const char *name, const char *a,
 			    size_t a_len, const char *b, size_t b_len, uint32_t uid)
 {
-	int fd = openat(upperfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	_cleanup_close_ int fd =
+		openat(upperfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0 && errno == EEXIST) {
 		unlinkat(upperfd, name, 0);
 		fd = openat(upperfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	}
 	if (fd < 0)
 		return -errno;
-	_cleanup_close_ int fdc = fd;
 	int r = write_full(fd, a, a_len);
 	if (r >= 0 && b_len)
 		r = write_full(fd, b, b_len);
