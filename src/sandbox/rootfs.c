@@ -416,7 +416,7 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 	if (st.st_uid != 0) {
 		/* Inside, the workspace's owner and group are root's, and they
 		 * are the only ids the workspace's mount maps (see ws_map in
-		 * launch.c). The group must be mapped (the kernel refuses writes
+		 * proc.c). The group must be mapped (the kernel refuses writes
 		 * to a directory whose group has no name inside), so it must not
 		 * be the host's root group. */
 		gid_t gid = st.st_gid;
