@@ -12,6 +12,9 @@
       Prints, as JSON, the durations (ms) of the writes to cgroup.procs found
       in `strace -f -T -y` output, one list per file, in call order.
 
+  report.py count STRACE_FILE...
+      Prints, as JSON, the system calls and tasks in `strace -f` output.
+
   report.py report WORKDIR OUT_JSON
       Reads what run.sh left in WORKDIR (raw timings, meta.json, ...),
       prints the table and writes OUT_JSON.
@@ -143,6 +146,61 @@ def cgroup_writes(path):
     return out
 
 
+_LINE = re.compile(r"^(\d+)\s+(.*)$")
+
+
+def count_trace(path, skip_first_pid=False):
+    """System calls and tasks in one `strace -f -qq` log: each call once (the
+    "<... resumed>" half of a split call is not counted again; signals and
+    exits are not calls). skip_first_pid: the trace was attached to a
+    process that existed before (a keeper): it is not a process of the start.
+    Returns (calls, tasks, calls per task in order of appearance)."""
+    per = {}
+    order = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = _LINE.match(line)
+            if not m:
+                continue
+            pid, rest = m.groups()
+            if rest.startswith(("+++", "---", "<...")):
+                if pid not in per:
+                    per[pid] = 0
+                    order.append(pid)
+                continue
+            if pid not in per:
+                per[pid] = 0
+                order.append(pid)
+            per[pid] += 1
+    tasks = len(order) - (1 if skip_first_pid and order else 0)
+    return sum(per.values()), tasks, [per[p] for p in order]
+
+
+def counts(work):
+    """tool -> median system calls and tasks per start, from run.sh's
+    sc.<tool>.<run> files (airlock-exec adds its keeper's side)."""
+    runs = {}
+    if not os.path.isdir(work):
+        return {}
+    for name in sorted(os.listdir(work)):
+        m = re.match(r"^sc\.(.+)\.(\d+)$", name)
+        if not m or m.group(1).endswith("-keeper"):
+            continue
+        tool, i = m.groups()
+        calls, tasks, per = count_trace(os.path.join(work, name))
+        keeper = os.path.join(work, f"sc.{tool}-keeper.{i}")
+        if os.path.exists(keeper):
+            kc, kt, kper = count_trace(keeper, skip_first_pid=True)
+            calls, tasks, per = calls + kc, tasks + kt, per + kper
+        runs.setdefault(tool, []).append({"syscalls": calls, "processes": tasks,
+                                          "syscalls_per_process": per})
+    out = {}
+    for tool, rs in runs.items():
+        out[tool] = {"runs": rs, "syscalls_p50": median([r["syscalls"] for r in rs]),
+                     "processes_p50": median([r["processes"] for r in rs])}
+    return out
+
+
 # ---------------------------------------------------------------- report
 
 
@@ -264,6 +322,7 @@ def report(work, out_json):
     ca = cgattach_stats(os.path.join(work, "cgattach.txt"))
     if ca:
         result.setdefault("cgroup_attach", {})["direct"] = ca
+    result["counts"] = counts(work)
     ca = cgattach_stats(os.path.join(work, "cgattach-rcu.txt"))
     if ca:
         result.setdefault("rcu_expedited", {})["cgattach_direct"] = ca
@@ -304,6 +363,16 @@ def report(work, out_json):
     print(f"(n = {cold.get('airlock', {}).get('n', '?')} interleaved runs per tool; "
           "warm ratios are against the cold run's bwrap p50; CPU = user+sys of all the\n"
           " run's processes; for warm exec it leaves out the sandbox's own supervisor)")
+    cn = result.get("counts", {})
+    if cn:
+        print()
+        ref = cn.get("bwrap", {}).get("syscalls_p50")
+        print(f"{'per start (strace -f, p50)':<40} {'system calls':>12} {'x bwrap':>8} {'processes':>10}")
+        for t in sorted(cn, key=lambda t: preferred.index(t) if t in preferred else 99):
+            c = cn[t]
+            r = f"{c['syscalls_p50'] / ref:.2f}" if ref else "-"
+            print(f"{labels.get(t, t):<40} {c['syscalls_p50']:>12} {r:>8} {c['processes_p50']:>10}")
+        print("(exec: the client and the keeper's side together; the keeper itself is not counted)")
     ca = result.get("cgroup_attach", {})
     if ca:
         print()
@@ -340,6 +409,8 @@ def main(argv):
         make_bundle(argv[2], argv[3], argv[4])
     elif cmd == "cgwrites" and len(argv) >= 3:
         print(json.dumps([cgroup_writes(p) for p in argv[2:]], indent=1))
+    elif cmd == "count" and len(argv) >= 3:
+        print(json.dumps({p: count_trace(p)[:2] for p in argv[2:]}, indent=1))
     elif cmd == "report" and len(argv) == 4:
         report(argv[2], argv[3])
     else:

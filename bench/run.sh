@@ -6,6 +6,7 @@
 #
 # Usage: bench/run.sh [AIRLOCK_BINARY]     (or $AIRLOCK; default build/src/cli/airlock)
 # Environment: BENCH_RUNS (default 200), BENCH_RCU_RUNS (default 100),
+#              BENCH_COUNT_RUNS (default 5: starts counted under strace -f),
 #              BENCH_CRUN=0 to leave crun out.
 # Needs root. Writes bench/results/sandbox-<date>.json. Exits non-zero when a
 # step fails; never on speed.
@@ -26,7 +27,7 @@ die() {
 }
 note() { echo "bench: $*" >&2; }
 
-case $runs$rcu_runs in *[!0-9]*) die "BENCH_RUNS and BENCH_RCU_RUNS want numbers" ;; esac
+case $runs$rcu_runs${BENCH_COUNT_RUNS:-5} in *[!0-9]*) die "BENCH_RUNS, BENCH_RCU_RUNS and BENCH_COUNT_RUNS want numbers" ;; esac
 [ "$(id -u)" -eq 0 ] || die "needs root (sandboxes, cgroups, /sys/kernel/rcu_expedited)"
 case $airlock in /*) ;; *) airlock=$PWD/$airlock ;; esac
 [ -x "$airlock" ] || die "no airlock binary at $airlock (build it, or pass its path as \$1)"
@@ -247,7 +248,58 @@ else
 	errors+=("warm: airlock sandbox create failed: $(tail -n 2 "$work/warm.err" | tr '\n' ' ')")
 fi
 
-# ------------------------------------------------------------ 3. cgroup v1 attach
+# ------------------------------------------------------------ 3. system calls and processes
+# Machine-independent cost: every system call and every process (task) of one
+# start, counted with strace -f. For `exec` the keeper's side (the helpers it
+# forks) is counted too: strace attaches to the keeper for the exec's length.
+# crun runs in a private mount namespace where an empty tmpfs covers a hybrid
+# host's cgroup2 mount, as in the timed runs (the unshare itself is not counted).
+count_runs=${BENCH_COUNT_RUNS:-5}
+if command -v strace >/dev/null; then
+	note "system calls and processes per start: $count_runs runs of each under strace -f"
+	for i in $(seq 1 "$count_runs"); do
+		step 30 strace -f -qq -o "$work/sc.airlock.$i" "${airlock_cmd[@]}" ||
+			errors+=("strace -f of airlock sandbox run failed (run $i)")
+		step 30 strace -f -qq -o "$work/sc.bwrap.$i" "${bwrap_cmd[@]}" ||
+			errors+=("strace -f of bwrap failed (run $i)")
+		if [ ${#crun_cmd[@]} -gt 0 ]; then
+			crun_one=("${crun_cmd[@]}")
+			crun_one[${#crun_one[@]}-1]=${crun_prefix}count-$i
+			step 30 unshare --mount --propagation private -- sh -c \
+				'if [ "$(stat -fc %T /sys/fs/cgroup/unified 2>/dev/null)" = cgroup2fs ]; then
+					mount -t tmpfs -o size=64m,mode=755 sbxbench-hide-cgroup2 /sys/fs/cgroup/unified || exit 1
+				fi
+				exec strace -f -qq -o "$0" "$@"' "$work/sc.crun.$i" "${crun_one[@]}" >/dev/null ||
+				errors+=("strace -f of crun failed (run $i)")
+		fi
+	done
+	if count_id=$(step 30 "$airlock" sandbox create 2>"$work/count.err") && [ -n "$count_id" ]; then
+		keeper=$(sed -n 's/^keeper=\([0-9]*\)$/\1/p' "$AIRLOCK_STATE_DIR/$count_id/state")
+		"$airlock" sandbox exec "$count_id" -- /bin/true || errors+=("exec for the count failed")
+		for i in $(seq 1 "$count_runs"); do
+			strace -f -qq -o "$work/sc.airlock-exec-keeper.$i" -p "$keeper" &
+			tracer=$!
+			# Until strace is attached (bounded), then the exec itself.
+			for _ in $(seq 1 500); do
+				[ "$(awk '/^TracerPid:/ { print $2 }' "/proc/$keeper/status" 2>/dev/null)" = 0 ] || break
+				sleep 0.01
+			done
+			step 30 strace -f -qq -o "$work/sc.airlock-exec.$i" "$airlock" sandbox exec "$count_id" -- /bin/true ||
+				errors+=("strace -f of airlock sandbox exec failed (run $i)")
+			# The helpers are gone once the client has its status; then detach.
+			kill -INT "$tracer" 2>/dev/null || true
+			wait "$tracer" 2>/dev/null || true
+		done
+		step 15 "$airlock" sandbox destroy "$count_id" >/dev/null 2>>"$work/count.err" ||
+			{ errors+=("count: destroy $count_id failed"); kill_sandbox "$AIRLOCK_STATE_DIR" "$count_id"; }
+	else
+		errors+=("count: airlock sandbox create failed: $(tail -n 2 "$work/count.err" | tr '\n' ' ')")
+	fi
+else
+	errors+=("strace is not installed: no system call or process counts")
+fi
+
+# ------------------------------------------------------------ 4. cgroup v1 attach
 cg_v1_memory=
 if [ "$(stat -fc %T /sys/fs/cgroup/memory 2>/dev/null)" = cgroupfs ]; then
 	cg_v1_memory=/sys/fs/cgroup/memory
@@ -268,7 +320,7 @@ if [ -n "$cg_v1_memory" ]; then
 		errors+=("direct cgroup attach timing failed")
 fi
 
-# ------------------------------------------------------------ 4. rcu_expedited
+# ------------------------------------------------------------ 5. rcu_expedited
 rcu_note=
 if [ -w /sys/kernel/rcu_expedited ] && [ "$cg_v1_memory" ]; then
 	rcu_saved=$(cat /sys/kernel/rcu_expedited)

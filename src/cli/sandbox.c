@@ -248,8 +248,27 @@ static int settings(struct sbx_settings *set)
 	return 0;
 }
 
+/* Every process the memory limit killed is reported, with what became of
+ * the command: a command whose child died that way may exit on its own. */
+static void report_oom_kills(const struct sbx_result *res)
+{
+	uint64_t n = res->oom_kills;
+	if (n == 0 || res->outcome == SBX_OOM_KILLED)
+		return;
+	const char *what = n == 1 ? "process was" : "processes were";
+	if (res->outcome == SBX_EXITED)
+		log_error("%" PRIu64 " %s killed by the sandbox's memory limit (OOM); the command "
+			  "exited with status %d", n, what, res->status);
+	else if (res->outcome == SBX_SIGNALED)
+		log_error("%" PRIu64 " %s killed by the sandbox's memory limit (OOM); the command "
+			  "was killed by signal %d", n, what, res->status);
+	else
+		log_error("%" PRIu64 " %s killed by the sandbox's memory limit (OOM)", n, what);
+}
+
 static int report(const struct sbx_result *res)
 {
+	report_oom_kills(res);
 	switch (res->outcome) {
 	case SBX_EXITED:
 		return res->status;
@@ -263,7 +282,8 @@ static int report(const struct sbx_result *res)
 			  res->status);
 		return 128 + res->status;
 	case SBX_OOM_KILLED:
-		log_error("the command was killed: it reached the sandbox's memory limit");
+		log_error("the command was killed: it reached the sandbox's memory limit (OOM; %" PRIu64
+			  " process%s killed)", res->oom_kills, res->oom_kills == 1 ? "" : "es");
 		return EXIT_OOM;
 	}
 	return EXIT_AIRLOCK_ERROR;
@@ -383,7 +403,8 @@ static int print_info(const struct sbx_info *info, void *ud)
 {
 	bool *header = ud;
 	if (!*header) {
-		printf("%-16s  %-8s  %-20s  %-10s  %s\n", "ID", "STATE", "CREATED", "IMAGE", "WORKSPACE");
+		printf("%-16s  %-8s  %-20s  %-10s  %-6s  %s\n", "ID", "STATE", "CREATED", "IMAGE",
+		       "OOM", "WORKSPACE");
 		*header = true;
 	}
 	char when[32];
@@ -391,8 +412,9 @@ static int print_info(const struct sbx_info *info, void *ud)
 	time_t t = (time_t)info->created;
 	gmtime_r(&t, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	printf("%-16s  %-8s  %-20s  %-10s  %s\n", info->id, info->running ? "running" : "dead", when,
-	       info->image, info->workspace[0] ? info->workspace : "(fresh)");
+	printf("%-16s  %-8s  %-20s  %-10s  %-6" PRIu64 "  %s\n", info->id,
+	       info->running ? "running" : "dead", when, info->image, info->oom_kills,
+	       info->workspace[0] ? info->workspace : "(fresh)");
 	return 0;
 }
 

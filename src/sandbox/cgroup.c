@@ -99,6 +99,11 @@ static int write_knob(const char *dir, const char *knob, const char *value)
 
 static int mkdir_p(char *path, mode_t mode)
 {
+	/* Usually only the last component is new: try it first. */
+	if (mkdir(path, mode) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return -errno;
 	for (char *s = path + 1; *s; s++) {
 		if (*s != '/')
 			continue;

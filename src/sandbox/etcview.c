@@ -59,11 +59,27 @@ static bool never_copied(const char *rel)
 	return strncmp(rel, "ssh/ssh_host_", 13) == 0;
 }
 
+/* The previous generation's manifest, by path: what its copies were made
+ * from. A file or link whose line is unchanged is linked from there. */
+struct prev_entry {
+	const char *path; /* into text */
+	const char *line; /* the whole line, without its newline */
+	size_t line_len;
+};
+
+struct prev {
+	char *text;
+	struct prev_entry *e;
+	size_t n;
+};
+
 struct walk {
 	struct buf manifest; /* one line per entry: what the copy was made from */
 	struct buf dirs;     /* "<mtime> <ino> <path>\n" per directory */
 	int dst;             /* copy: the destination directory, or -1 to only list */
 	unsigned entries;
+	const struct prev *prev; /* NULL: nothing to link from */
+	unsigned linked;
 };
 
 static int64_t ts_ns(const struct timespec *t)
@@ -131,8 +147,45 @@ static int compare_names(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Walks the host directory sfd (rel inside /etc), listing and copying. */
-static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth)
+static int compare_prev(const void *a, const void *b)
+{
+	return strcmp(((const struct prev_entry *)a)->path, ((const struct prev_entry *)b)->path);
+}
+
+/* The previous generation's line for path, if any. */
+static const struct prev_entry *prev_find(const struct prev *p, const char *path)
+{
+	if (!p || !p->n)
+		return NULL;
+	struct prev_entry key = { .path = path };
+	return bsearch(&key, p->e, p->n, sizeof(*p->e), compare_prev);
+}
+
+/*
+ * An unchanged file or symbolic link (the same inode, mode, owner, size,
+ * mtime and ctime as when the previous generation copied it: any write or
+ * chmod moves the ctime) is hard-linked from the previous generation: its
+ * copy holds exactly that version, and nothing ever writes a generation.
+ * Returns 1 when linked, 0 when it must be copied.
+ */
+static int link_unchanged(struct walk *w, int odfd, int dfd, const char *name, const char *sub,
+			  size_t line_start)
+{
+	if (odfd < 0)
+		return 0;
+	const struct prev_entry *e = prev_find(w->prev, sub);
+	size_t len = w->manifest.len - line_start - 1; /* without the newline */
+	if (!e || e->line_len != len || memcmp(e->line, w->manifest.data + line_start, len) != 0)
+		return 0;
+	if (linkat(odfd, name, dfd, name, 0) < 0)
+		return 0; /* gone or odd: copy it */
+	w->linked++;
+	return 1;
+}
+
+/* Walks the host directory sfd (rel inside /etc), listing and copying (into
+ * dfd, from odfd: the same directory in the previous generation, or -1). */
+static int walk_dir(struct walk *w, int sfd, int dfd, int odfd, const char *rel, int depth)
 {
 	int dup_fd = fcntl(sfd, F_DUPFD_CLOEXEC, 3);
 	if (dup_fd < 0)
@@ -191,13 +244,14 @@ static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth
 			break;
 		}
 		/* Everything the copy depends on: a change anywhere differs here. */
+		size_t line_start = w->manifest.len;
 		ret = buf_appendf(&w->manifest, "%o %u %u %jd %ju %jd %jd %s\n", st.st_mode,
 				  st.st_uid, st.st_gid, (intmax_t)st.st_size, (uintmax_t)st.st_ino,
 				  (intmax_t)ts_ns(&st.st_mtim), (intmax_t)ts_ns(&st.st_ctim), sub);
 		if (ret < 0)
 			break;
 		if (S_ISLNK(st.st_mode)) {
-			if (w->dst < 0)
+			if (w->dst < 0 || link_unchanged(w, odfd, dfd, name, sub, line_start))
 				continue;
 			char target[SBX_PATH_MAX];
 			ssize_t tl = readlinkat(sfd, name, target, sizeof(target) - 1);
@@ -220,8 +274,11 @@ static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth
 				ret = errno == ENOENT ? -EAGAIN : -errno;
 				break;
 			}
-			_cleanup_close_ int d2 = -1;
+			_cleanup_close_ int d2 = -1, o2 = -1;
 			if (w->dst >= 0) {
+				if (odfd >= 0)
+					o2 = openat(odfd, name,
+						    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 				if (mkdirat(dfd, name, 0700) < 0) {
 					ret = -errno;
 					break;
@@ -235,7 +292,7 @@ static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth
 			ret = buf_appendf(&w->dirs, "%jd %ju %s\n", (intmax_t)ts_ns(&st.st_mtim),
 					  (uintmax_t)st.st_ino, sub);
 			if (ret >= 0)
-				ret = walk_dir(w, s2, d2, sub, depth + 1);
+				ret = walk_dir(w, s2, d2, o2, sub, depth + 1);
 			/* Still the same, still open to all, after its contents were
 			 * read: or a private directory's files may have been copied. */
 			struct stat after;
@@ -248,7 +305,8 @@ static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth
 					ret = -errno;
 			}
 		} else if (S_ISREG(st.st_mode)) {
-			if (!(st.st_mode & S_IROTH) || w->dst < 0)
+			if (!(st.st_mode & S_IROTH) || w->dst < 0 ||
+			    link_unchanged(w, odfd, dfd, name, sub, line_start))
 				continue;
 			ret = copy_file(sfd, name, dfd, &st);
 			if (ret > 0)
@@ -262,8 +320,9 @@ static int walk_dir(struct walk *w, int sfd, int dfd, const char *rel, int depth
 	return ret;
 }
 
-/* Lists (and, with dst >= 0, copies) the host's /etc. */
-static int walk_etc(struct walk *w)
+/* Lists (and, with dst >= 0, copies) the host's /etc; odfd: the previous
+ * generation's copy, or -1. */
+static int walk_etc(struct walk *w, int odfd)
 {
 	_cleanup_close_ int sfd = open("/etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (sfd < 0)
@@ -275,7 +334,7 @@ static int walk_etc(struct walk *w)
 			    (uintmax_t)st.st_ino);
 	if (r < 0)
 		return r;
-	return walk_dir(w, sfd, w->dst, "", 0);
+	return walk_dir(w, sfd, w->dst, odfd, "", 0);
 }
 
 static void walk_free(struct walk *w)
@@ -381,12 +440,79 @@ static bool generation_fresh(int basefd, const char *gen)
 	struct walk w = { .dst = -1 };
 	buf_init(&w.manifest, ETC_MANIFEST_MAX);
 	buf_init(&w.dirs, ETC_MANIFEST_MAX);
-	bool same = walk_etc(&w) >= 0 && w.manifest.len == len &&
+	bool same = walk_etc(&w, -1) >= 0 && w.manifest.len == len &&
 		    memcmp(w.manifest.data ? w.manifest.data : "", manifest, len) == 0;
 	walk_free(&w);
 	if (same)
 		utimensat(g, "verified", NULL, 0);
 	return same;
+}
+
+static void prev_free(struct prev *p)
+{
+	free(p->text);
+	free(p->e);
+	*p = (struct prev){ 0 };
+}
+
+/*
+ * The current generation, to link unchanged entries from: its manifest by
+ * path, and its copy's directory. Only one made in this boot (after a
+ * crash, its files could read back empty); none is fine (-1).
+ */
+static int prev_load(int basefd, const char *boot, struct prev *ret)
+{
+	char cur[SBX_ID_LEN + 2];
+	ssize_t cl = readlinkat(basefd, "current", cur, sizeof(cur) - 1);
+	if (cl != SBX_ID_LEN)
+		return -1;
+	cur[cl] = '\0';
+	if (!sbx_id_valid(cur))
+		return -1;
+	_cleanup_close_ int g = openat(basefd, cur, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (g < 0)
+		return -1;
+	_cleanup_free_ char *pboot = NULL;
+	size_t len;
+	if (read_small(g, "boot_id", &pboot, &len) < 0 || strcmp(pboot, boot) != 0)
+		return -1;
+	struct prev p = { 0 };
+	if (read_small(g, "manifest", &p.text, &len) < 0)
+		return -1;
+	size_t lines = 0;
+	for (size_t i = 0; i < len; i++)
+		lines += p.text[i] == '\n';
+	p.e = calloc(lines ? lines : 1, sizeof(*p.e));
+	if (!p.e) {
+		prev_free(&p);
+		return -1;
+	}
+	for (char *line = p.text; *line;) {
+		char *nl = strchr(line, '\n');
+		if (!nl)
+			break;
+		*nl = '\0';
+		/* "mode uid gid size ino mtime ctime path": the path follows the
+		 * seventh space (and may hold spaces itself). */
+		char *path = line;
+		for (int f = 0; f < 7 && path; f++) {
+			path = strchr(path, ' ');
+			if (path)
+				path++;
+		}
+		if (path && p.n < lines)
+			p.e[p.n++] = (struct prev_entry){ path, line, (size_t)(nl - line) };
+		line = nl + 1;
+	}
+	if (p.n > 1)
+		qsort(p.e, p.n, sizeof(*p.e), compare_prev);
+	int fd = openat(g, "etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		prev_free(&p);
+		return -1;
+	}
+	*ret = p;
+	return fd;
 }
 
 static int build_once(int basefd, char *ret_gen, size_t size)
@@ -409,10 +535,13 @@ static int build_once(int basefd, char *ret_gen, size_t size)
 	_cleanup_close_ int dst = openat(g, "etc", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dst < 0)
 		return -errno;
-	struct walk w = { .dst = dst };
+	struct prev prev = { 0 };
+	_cleanup_close_ int prev_fd = prev_load(basefd, boot, &prev);
+	struct walk w = { .dst = dst, .prev = prev_fd >= 0 ? &prev : NULL };
 	buf_init(&w.manifest, ETC_MANIFEST_MAX);
 	buf_init(&w.dirs, ETC_MANIFEST_MAX);
-	r = walk_etc(&w);
+	r = walk_etc(&w, prev_fd);
+	prev_free(&prev);
 	if (r >= 0) {
 		struct stat st;
 		if (fstatat(AT_FDCWD, "/etc", &st, 0) == 0 &&

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -72,6 +73,10 @@ int sbx_lock_dir(const char *dir, bool wait);
 /* 0 when path is a real directory owned by root and writable by root alone. */
 int sbx_check_private_dir(const char *path);
 
+/* lifecycle.c: whether a sandbox of the state directory (ud: the settings)
+ * uses this generation of the /etc view. */
+bool sbx_etc_gen_in_use(const char *gen, void *ud);
+
 /* cgroup.c */
 struct sbx_cgroup_knob {
 	int controller; /* index into sbx_cgroup.path: 0 memory, 1 pids, 2 cpu */
@@ -99,7 +104,26 @@ bool sbx_cgroup_v2_usable(void);
 bool sbx_cgroup_populated(const struct sbx_settings *set, const char *id);
 
 /* seccomp.c */
-int sbx_seccomp_load(void);
+struct sock_filter;
+struct seccomp_data;
+/* A compiled filter: classic BPF, as seccomp(2) loads it. */
+struct sbx_bpf {
+	struct sock_filter *insns;
+	unsigned short len;
+};
+/* Builds the filter with libseccomp, exports it and checks it (non-native
+ * calls killed, a denied call refused, an ordinary one allowed). */
+int sbx_seccomp_compile(struct sbx_bpf *ret, struct al_error *err);
+void sbx_seccomp_free(struct sbx_bpf *p);
+/* Loads a compiled filter into the calling thread (no_new_privs must be set);
+ * only system calls, so it may run between fork and exec. */
+int sbx_seccomp_install(const struct sbx_bpf *p);
+/* Runs a classic BPF program on d as seccomp would; returns the action word
+ * (SECCOMP_RET_*), 0 (kill) for an invalid program. */
+uint32_t sbx_bpf_run(const struct sock_filter *insns, size_t len, const struct seccomp_data *d);
+/* The names refused with EPERM, and with ENOSYS, whatever the arguments. */
+const char *const *sbx_seccomp_denied(size_t *ret_n);
+const char *const *sbx_seccomp_enosys(size_t *ret_n);
 
 /* rootfs.c: host side (before the sandbox's processes exist) */
 struct sbx_rootfs_plan;

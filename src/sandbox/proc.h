@@ -68,7 +68,8 @@ int sbx_env_set(struct sbx_env *e, const char *kv);
 /* PATH, HOME, the caller's TERM, then the sandbox's env, then extra. */
 int sbx_env_build(struct sbx_env *e, char *const *spec_env, size_t n_spec, char *const *extra,
 		  size_t n_extra);
-/* Adds the NUL-separated env file of a persistent sandbox. */
+/* state.c: the NUL-separated --env file of a persistent sandbox. */
+int sbx_env_write_file(const struct sbx_paths *p, const struct sbx_spec *spec);
 int sbx_env_read_file(const struct sbx_paths *p, struct sbx_env *e);
 
 /* One command to start inside a sandbox. */
@@ -79,6 +80,7 @@ struct sbx_command {
 	uint64_t pids;
 	struct sbx_stdio *io;
 	int status_fd;
+	const struct sbx_bpf *filter; /* loaded right before exec */
 };
 
 int sbx_stdio_make(struct sbx_stdio *io);
@@ -86,27 +88,96 @@ void sbx_stdio_close(struct sbx_stdio *io);
 /* Closes the ends that belong to the command (after handing them on). */
 void sbx_stdio_close_child_ends(struct sbx_stdio *io);
 
+/* ---- proc.c: the primitives every process of a sandbox is made with ---- */
+
 /* fork-like clone3: returns 0 in the child, which must only make system
  * calls and exec or _exit (libc's cached thread id is stale). */
 pid_t sbx_clone3_fork(uint64_t flags, int *ret_pidfd, int cgroup_fd);
-/* Trims root-inside's capabilities to the kept set (see launch.c). */
-int sbx_drop_caps(void);
+/* A user namespace where host uid..uid+65535 appear as 0..65535; returns
+ * its descriptor. */
+int sbx_userns_sandbox(uint32_t uid);
+/* The workspace's idmap: owner_uid/owner_gid on disk are the sandbox's root
+ * (host uid base), and nothing else is mapped. */
+int sbx_userns_workspace(uint32_t base, uint32_t owner_uid, uint32_t owner_gid);
 /* Joins the sandbox's user namespace (fd: a namespace fd or a pidfd of a
- * process in it) as root inside: no groups, not dumpable, trimmed caps. */
-int sbx_become_root(int fd);
+ * process in it) as root inside: no groups, not dumpable, capabilities
+ * trimmed to the kept set (proc.c). for_exec: this process or its children
+ * will exec what the sandbox runs, so the bounding set is trimmed too
+ * (joining a user namespace fills it again). */
+int sbx_become_root(int fd, bool for_exec);
+/* Where /proc/<pid>/cmdline and environ read from (fork keeps them). */
+struct sbx_argarea {
+	unsigned long arg_start, arg_end, env_start, env_end;
+};
+int sbx_argarea_get(struct sbx_argarea *ret);
+/* Wipes this process's copy of the supervisor's arguments and environment,
+ * so that /proc/<pid>/cmdline shows title and environ nothing. Every string
+ * that lived there (argv, the spec's options, getenv's results) is gone. */
+void sbx_argarea_wipe(const struct sbx_argarea *a, const char *title);
+int sbx_hide_cmdline(const char *title);
 /* pid 1 of a pid namespace: starts c (if any), reaps, reports. */
 void sbx_run_init(const struct sbx_command *c) __attribute__((noreturn));
 
-/* exec.c: the keeper of a persistent sandbox. Runs until the sandbox's init
- * (init_pidfd) exits, serving exec requests on listen_fd. */
-void sbx_keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, uint64_t pids)
-	__attribute__((noreturn));
+/* SIGKILLs the process and reaps it; closes and clears *pidfd. */
+void sbx_kill_and_reap(int *pidfd);
+/* 0 once the process of pidfd has exited, -ETIMEDOUT after timeout_ms. */
+int sbx_wait_pidfd_exit(int pidfd, int timeout_ms);
+
+/* ---- init.c: the sandbox's init ---- */
+
+/* What the sandbox's init needs; everything was prepared on the host. */
+struct sbx_init_args {
+	const struct sbx_spec *spec;
+	const struct sbx_rootfs_plan *plan;
+	int userns_fd, ws_userns_fd;
+	bool ephemeral;
+	struct sbx_command *cmd; /* run: the command; create: NULL */
+	const struct sbx_bpf *filter;
+};
+
+/*
+ * Clones the init (into the v2 cgroup cgroup_fd when into_cgroup_v2; with
+ * its own cgroup namespace at once when it is born in its cgroup). In the
+ * caller: *ret_chan is the status channel, *ret_go the pipe to write one
+ * byte to once the cgroup placement is done.
+ */
+pid_t sbx_init_spawn(const struct sbx_init_args *a, bool into_cgroup_v2, int cgroup_fd,
+		     bool in_cgroup_already, int *ret_pidfd, int *ret_chan, int *ret_go);
+/* The init's READY, or its reason for failing. */
+int sbx_init_recv_ready(int chan, struct al_error *err);
+/* The listeners a sandbox with a network sends before it is ready. */
+int sbx_init_recv_listeners(int chan, struct sbx_net_fds *ret, struct al_error *err);
+
+/* ---- keeper.c: the keeper of a persistent sandbox, and its exec helpers ---- */
+
+enum {
+	KEEPER_EXEC = 1, /* payload: request; fds: stdin, stdout, stderr, status */
+	KEEPER_OK,       /* payload: int32 host pid of the helper; fd: its pidfd */
+	KEEPER_ERR,      /* payload: reason (NUL-terminated) */
+};
+#define KEEPER_REQ_MAX (1024 * 1024)
+#define KEEPER_MAX_ARGS 4096
+
 /* Where a persistent sandbox's keeper listens. */
 int sbx_control_path(const struct sbx_paths *p, char *out, size_t size);
 
+/* A keeper just started: its creator places it in the cgroup (v1), writes
+ * 'g' to go, reads the listeners (with a network) and STARTED (or ERROR)
+ * from rep, records the sandbox and writes 'c' to go. */
+struct sbx_keeper_start {
+	pid_t pid;
+	int pidfd;
+	int rep;
+	int go;
+};
+int sbx_keeper_spawn(const struct sbx_init_args *a, const struct sbx_paths *p,
+		     const struct sbx_cgroup *cg, struct sbx_keeper_start *ret,
+		     struct al_error *err);
+
 /* supervise.c: pumps stdio, enforces the timeout and output cap, and waits
  * for the command's status on status_fd. kill_pidfd is the process whose
- * death ends everything the command started. */
+ * death ends everything the command started. oom_before: the cgroup's OOM
+ * kill count before the command could start (0 for a fresh sandbox). */
 int sbx_supervise(int status_fd, int kill_pidfd, const struct sbx_exec_opts *opts,
-		  struct sbx_stdio *io, const struct sbx_cgroup *cg, struct sbx_result *ret,
-		  struct al_error *err);
+		  struct sbx_stdio *io, const struct sbx_cgroup *cg, uint64_t oom_before,
+		  struct sbx_result *ret, struct al_error *err);

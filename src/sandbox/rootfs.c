@@ -168,14 +168,40 @@ static bool path_ok_for_overlay(const char *p)
 	return strpbrk(p, ",:\\\n") == NULL;
 }
 
-static int mkdir_owned(int dfd, const char *path, mode_t mode, uid_t uid, gid_t gid)
+/*
+ * Who new entries belong to while the init builds the tree. The init runs
+ * with umask 0 (modes are exact) and switches its filesystem ids to the
+ * owner of a run of entries, so that they need no chown each: an entry of
+ * another owner, or one that existed already, gets its owner and mode set.
+ */
+struct maker {
+	uint32_t fsid; /* current fsuid and fsgid */
+};
+
+static int as_owner(struct maker *mk, uint32_t id)
 {
-	if (mkdirat(dfd, path, mode) < 0 && errno != EEXIST)
+	if (mk->fsid == id)
+		return 0;
+	/* setfsuid returns the previous id; -1 changes nothing and tells. */
+	syscall(SYS_setfsuid, id);
+	syscall(SYS_setfsgid, id);
+	if ((uint32_t)syscall(SYS_setfsuid, -1) != id || (uint32_t)syscall(SYS_setfsgid, -1) != id)
+		return -EPERM;
+	mk->fsid = id;
+	return 0;
+}
+
+static int mkdir_owned(struct maker *mk, int dfd, const char *path, mode_t mode, uid_t uid,
+		       gid_t gid)
+{
+	bool made = mkdirat(dfd, path, mode) == 0;
+	if (!made && errno != EEXIST)
 		return -errno;
+	if (made && uid == mk->fsid && gid == mk->fsid)
+		return 0; /* the right owner, and (umask 0) the exact mode */
 	if (fchownat(dfd, path, uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
 		return -errno;
-	/* mkdir applies the umask; set the exact mode. */
-	if (fchmodat(dfd, path, mode, 0) < 0)
+	if (!made && fchmodat(dfd, path, mode, 0) < 0)
 		return -errno;
 	return 0;
 }
@@ -186,13 +212,17 @@ static uint32_t shift(uint32_t base, uint32_t id)
 	return id < SBX_RANGE ? base + id : base + 65534; /* nobody */
 }
 
-/* A file of root inside (0644) in an upper layer: a, then b (may be empty). */
-static int write_upper_data(int upperfd, const char *name, const char *a, size_t a_len,
-			    const char *b, size_t b_len, uint32_t uid)
+/* A file of root inside (0644) in an upper layer: a, then b (may be empty).
+ * Made with the maker's ids, which the caller set to root inside's. */
+static int write_upper_data(struct maker *mk, int upperfd, const char *name, const char *a,
+			    size_t a_len, const char *b, size_t b_len, uint32_t uid)
 {
-	unlinkat(upperfd, name, 0);
 	_cleanup_close_ int fd =
 		openat(upperfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0 && errno == EEXIST) {
+		unlinkat(upperfd, name, 0);
+		fd = openat(upperfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	}
 	if (fd < 0)
 		return -errno;
 	int r = write_full(fd, a, a_len);
@@ -200,14 +230,15 @@ static int write_upper_data(int upperfd, const char *name, const char *a, size_t
 		r = write_full(fd, b, b_len);
 	if (r < 0)
 		return r;
-	if (fchown(fd, uid, uid) < 0 || fchmod(fd, 0644) < 0)
+	if (uid != mk->fsid && fchown(fd, uid, uid) < 0)
 		return -errno;
 	return 0;
 }
 
-static int write_upper_file(int upperfd, const char *name, const char *content, uint32_t uid)
+static int write_upper_file(struct maker *mk, int upperfd, const char *name, const char *content,
+			    uint32_t uid)
 {
-	return write_upper_data(upperfd, name, content, strlen(content), NULL, 0, uid);
+	return write_upper_data(mk, upperfd, name, content, strlen(content), NULL, 0, uid);
 }
 
 /*
@@ -252,7 +283,7 @@ static int read_host_bundle(char **ret, size_t *ret_len)
 
 /* Directories of the sandbox's own in /etc's upper layer; overlay merges
  * them with the lower layer's, so what /etc/ssl/certs holds stays visible. */
-static int mkdir_upper_path(int upperfd, const char *path, uint32_t uid)
+static int mkdir_upper_path(struct maker *mk, int upperfd, const char *path, uint32_t uid)
 {
 	char buf[128];
 	if (fmt(buf, sizeof(buf), "%s", path) < 0)
@@ -262,7 +293,7 @@ static int mkdir_upper_path(int upperfd, const char *path, uint32_t uid)
 			continue;
 		char c = *s;
 		*s = '\0';
-		int r = mkdir_owned(upperfd, buf, 0755, uid, uid);
+		int r = mkdir_owned(mk, upperfd, buf, 0755, uid, uid);
 		if (r < 0)
 			return r;
 		if (c == '\0')
@@ -273,7 +304,8 @@ static int mkdir_upper_path(int upperfd, const char *path, uint32_t uid)
 
 /* The trust files: the sandbox's CA alone, and the bundle that programs
  * read (the host's, then the sandbox's CA). */
-static int prepare_trust(int upperfd, const struct sbx_rootfs_plan *plan, uint32_t uid)
+static int prepare_trust(struct maker *mk, int upperfd, const struct sbx_rootfs_plan *plan,
+			 uint32_t uid)
 {
 	const struct sbx_spec *spec = plan->spec;
 	/* Relative to /etc. */
@@ -287,11 +319,12 @@ static int prepare_trust(int upperfd, const struct sbx_rootfs_plan *plan, uint32
 			continue;
 		if (fmt(dir, sizeof(dir), "%.*s", (int)(slash - files[i]), files[i]) < 0)
 			return -ENAMETOOLONG;
-		int r = mkdir_upper_path(upperfd, dir, uid);
+		int r = mkdir_upper_path(mk, upperfd, dir, uid);
 		if (r < 0)
 			return r;
 	}
-	int r = write_upper_data(upperfd, ca, spec->trust_pem, spec->trust_pem_len, NULL, 0, uid);
+	int r = write_upper_data(mk, upperfd, ca, spec->trust_pem, spec->trust_pem_len, NULL, 0,
+				 uid);
 	if (r < 0)
 		return r;
 	const char *host = plan->host_bundle ? plan->host_bundle : "";
@@ -303,45 +336,48 @@ static int prepare_trust(int upperfd, const struct sbx_rootfs_plan *plan, uint32
 			return -ENOMEM;
 		memcpy(joined, host, host_len);
 		joined[host_len] = '\n';
-		return write_upper_data(upperfd, bundle, joined, host_len + 1, spec->trust_pem,
+		return write_upper_data(mk, upperfd, bundle, joined, host_len + 1, spec->trust_pem,
 					spec->trust_pem_len, uid);
 	}
-	return write_upper_data(upperfd, bundle, host, host_len, spec->trust_pem,
+	return write_upper_data(mk, upperfd, bundle, host, host_len, spec->trust_pem,
 				spec->trust_pem_len, uid);
 }
 
 /* The sandbox's own files in /etc's upper layer (the lower layer is the
  * filtered copy of the host's /etc, see etcview.c). */
-static int prepare_etc(int upperfd, const struct sbx_rootfs_plan *plan, uint32_t uid)
+static int prepare_etc(struct maker *mk, int upperfd, const struct sbx_rootfs_plan *plan,
+		       uint32_t uid)
 {
 	const struct sbx_spec *spec = plan->spec;
-	int r;
+	int r = as_owner(mk, uid);
+	if (r < 0)
+		return r;
 	const char *host = spec->hostname ? spec->hostname : "airlock";
 	char buf[512];
 	if (fmt(buf, sizeof(buf), "%s\n", host) < 0)
 		return -ENAMETOOLONG;
-	r = write_upper_file(upperfd, "hostname", buf, uid);
+	r = write_upper_file(mk, upperfd, "hostname", buf, uid);
 	if (r < 0)
 		return r;
 	if (fmt(buf, sizeof(buf),
 		"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t%s\n",
 		host) < 0)
 		return -ENAMETOOLONG;
-	r = write_upper_file(upperfd, "hosts", buf, uid);
+	r = write_upper_file(mk, upperfd, "hosts", buf, uid);
 	if (r < 0)
 		return r;
 	if (spec->network == SBX_NETWORK_NONE)
-		r = write_upper_file(upperfd, "resolv.conf", "# no name service in this sandbox\n",
-				     uid);
+		r = write_upper_file(mk, upperfd, "resolv.conf",
+				     "# no name service in this sandbox\n", uid);
 	else
-		r = write_upper_file(upperfd, "resolv.conf",
+		r = write_upper_file(mk, upperfd, "resolv.conf",
 				     "# the egress gateway answers (allowed names only)\n"
 				     "nameserver 127.0.0.1\n",
 				     uid);
 	if (r < 0)
 		return r;
 	if (spec->trust_pem) {
-		r = prepare_trust(upperfd, plan, uid);
+		r = prepare_trust(mk, upperfd, plan, uid);
 		if (r < 0)
 			return r;
 	}
@@ -353,7 +389,7 @@ static int prepare_etc(int upperfd, const struct sbx_rootfs_plan *plan, uint32_t
 		snprintf(mid + 2 * i, 3, "%02x", raw[i]);
 	mid[32] = '\n';
 	mid[33] = '\0';
-	return write_upper_file(upperfd, "machine-id", mid, uid);
+	return write_upper_file(mk, upperfd, "machine-id", mid, uid);
 }
 
 static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan *plan,
@@ -377,15 +413,12 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 	struct stat st;
 	if (fstat(fd, &st) < 0)
 		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
-	if (st.st_uid >= plan->uid && st.st_uid < plan->uid + SBX_RANGE) {
-		/* Already in this sandbox's own range: shown as it is. */
-		return 0;
-	}
 	if (st.st_uid != 0) {
-		/* Inside, the workspace's owner and group are root's; files the
-		 * sandbox creates belong to them on the host. The group must be
-		 * mapped (the kernel refuses writes to a directory whose group
-		 * has no name inside), so it must not be the host's root group. */
+		/* Inside, the workspace's owner and group are root's, and they
+		 * are the only ids the workspace's mount maps (see ws_map in
+		 * proc.c). The group must be mapped (the kernel refuses writes
+		 * to a directory whose group has no name inside), so it must not
+		 * be the host's root group. */
 		gid_t gid = st.st_gid;
 		if (gid == 0)
 			return al_error_set(err, -EPERM,
@@ -424,6 +457,8 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 				    spec->workspace, spec->workspace);
 	if (fchown(dfd, plan->uid, plan->uid) < 0)
 		return al_error_set_errno(err, -errno, "cannot hand workspace to the sandbox");
+	plan->ws_idmap = true;
+	plan->ws_uid = plan->ws_gid = plan->uid;
 	return 0;
 }
 
@@ -445,19 +480,22 @@ static int add_layer(struct sbx_rootfs_plan *plan, const char *lower, const char
 	return 0;
 }
 
-static int prepare_layer_dirs(const struct sbx_rootfs_plan *plan, const struct layer *l,
-			      int *ret_upperfd)
+static int prepare_layer_dirs(struct maker *mk, const struct sbx_rootfs_plan *plan,
+			      const struct layer *l, int *ret_upperfd)
 {
 	char up[SBX_PATH_MAX], wk[SBX_PATH_MAX];
 	if (fmt(up, sizeof(up), "%s/%s", plan->upper, l->name) < 0 ||
 	    fmt(wk, sizeof(wk), "%s/%s", plan->work, l->name) < 0)
 		return -ENAMETOOLONG;
 	const struct stat *st = &l->st;
-	int r = mkdir_owned(AT_FDCWD, up, st->st_mode & 07777, shift(plan->uid, st->st_uid),
-			    shift(plan->uid, st->st_gid));
+	int r = as_owner(mk, 0); /* in upper/ and work/, root's alone */
 	if (r < 0)
 		return r;
-	r = mkdir_owned(AT_FDCWD, wk, 0700, 0, 0);
+	r = mkdir_owned(mk, AT_FDCWD, up, st->st_mode & 07777, shift(plan->uid, st->st_uid),
+			shift(plan->uid, st->st_gid));
+	if (r < 0)
+		return r;
+	r = mkdir_owned(mk, AT_FDCWD, wk, 0700, 0, 0);
 	if (r < 0)
 		return r;
 	if (ret_upperfd) {
@@ -560,19 +598,20 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 /* ---- inside the sandbox's mount namespace ---- */
 
 /* Builds "/" and the upper layers in the freshly mounted private tmpfs. */
-static int build_tree(const struct sbx_rootfs_plan *plan, struct al_error *err)
+static int build_tree(struct maker *mk, const struct sbx_rootfs_plan *plan, struct al_error *err)
 {
 	uint32_t uid = plan->uid;
 	char lowerdir[SBX_PATH_MAX];
 	if (fmt(lowerdir, sizeof(lowerdir), "%s/lower", plan->mnt) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
-	if (mkdir_owned(AT_FDCWD, plan->root, 0755, uid, uid) < 0 ||
-	    mkdir_owned(AT_FDCWD, plan->upper, 0700, 0, 0) < 0 ||
-	    mkdir_owned(AT_FDCWD, plan->work, 0700, 0, 0) < 0 ||
-	    mkdir_owned(AT_FDCWD, lowerdir, 0700, 0, 0) < 0)
+	/* The tmpfs's own directories, root's (as we are). */
+	if (mkdir_owned(mk, AT_FDCWD, plan->root, 0755, uid, uid) < 0 ||
+	    mkdir_owned(mk, AT_FDCWD, plan->upper, 0700, 0, 0) < 0 ||
+	    mkdir_owned(mk, AT_FDCWD, plan->work, 0700, 0, 0) < 0 ||
+	    mkdir_owned(mk, AT_FDCWD, lowerdir, 0700, 0, 0) < 0)
 		return al_error_set_errno(err, -errno, "cannot create the sandbox's tree");
 	if (plan->fresh_workspace) {
-		int r = mkdir_owned(AT_FDCWD, plan->workspace, 0755, uid, uid);
+		int r = mkdir_owned(mk, AT_FDCWD, plan->workspace, 0755, uid, uid);
 		if (r < 0)
 			return al_error_set_errno(err, r, "cannot create the workspace");
 	}
@@ -582,26 +621,32 @@ static int build_tree(const struct sbx_rootfs_plan *plan, struct al_error *err)
 		return al_error_set_errno(err, -errno, "cannot open %s", plan->root);
 	int r;
 	if (plan->host_image) {
+		/* "/" itself: root inside's, made as root inside. */
+		r = as_owner(mk, uid);
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot take the sandbox's ids");
 		for (size_t i = 0; i < plan->n_links; i++) {
 			const struct link *l = &plan->links[i];
-			if (symlinkat(l->target, rootfd, l->name) < 0 ||
-			    fchownat(rootfd, l->name, uid, uid, AT_SYMLINK_NOFOLLOW) < 0)
+			if (symlinkat(l->target, rootfd, l->name) < 0)
 				return al_error_set_errno(err, -errno, "cannot link /%s", l->name);
 		}
 		for (size_t i = 0; i < ARRAY_SIZE(skeleton); i++) {
-			r = mkdir_owned(rootfd, skeleton[i].path, skeleton[i].mode, uid, uid);
+			r = mkdir_owned(mk, rootfd, skeleton[i].path, skeleton[i].mode, uid, uid);
 			if (r < 0)
 				return al_error_set_errno(err, r, "cannot create /%s", skeleton[i].path);
 		}
 		for (size_t i = 0; i < plan->n_layers; i++) {
-			const struct layer *l = &plan->layers[i];
-			r = mkdir_owned(rootfd, l->target, 0755, uid, uid);
+			r = mkdir_owned(mk, rootfd, plan->layers[i].target, 0755, uid, uid);
 			if (r < 0)
-				return al_error_set_errno(err, r, "cannot create /%s", l->target);
+				return al_error_set_errno(err, r, "cannot create /%s",
+							  plan->layers[i].target);
+		}
+		for (size_t i = 0; i < plan->n_layers; i++) {
+			const struct layer *l = &plan->layers[i];
 			int upperfd = -1;
-			r = prepare_layer_dirs(plan, l, &upperfd);
+			r = prepare_layer_dirs(mk, plan, l, &upperfd);
 			if (r >= 0 && strcmp(l->target, "etc") == 0)
-				r = prepare_etc(upperfd, plan, uid);
+				r = prepare_etc(mk, upperfd, plan, uid);
 			safe_close(upperfd);
 			if (r < 0)
 				return al_error_set_errno(err, r, "cannot prepare /%s", l->target);
@@ -610,7 +655,7 @@ static int build_tree(const struct sbx_rootfs_plan *plan, struct al_error *err)
 	}
 	const struct layer *l = &plan->layers[0];
 	int upperfd = -1;
-	r = prepare_layer_dirs(plan, l, &upperfd);
+	r = prepare_layer_dirs(mk, plan, l, &upperfd);
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot prepare the image layer");
 	/* Mount points the image lacks, made in the upper layer. */
@@ -618,7 +663,7 @@ static int build_tree(const struct sbx_rootfs_plan *plan, struct al_error *err)
 		if (!(l->missing_points & (1u << i)))
 			continue;
 		unlinkat(upperfd, image_points[i], 0);
-		r = mkdir_owned(upperfd, image_points[i],
+		r = mkdir_owned(mk, upperfd, image_points[i],
 				strcmp(image_points[i], "tmp") ? 0755 : 01777, uid, uid);
 	}
 	safe_close(upperfd);
@@ -626,7 +671,6 @@ static int build_tree(const struct sbx_rootfs_plan *plan, struct al_error *err)
 		return al_error_set_errno(err, r, "cannot prepare the image's mount points");
 	return 0;
 }
-
 
 static int sys_open_tree(int dfd, const char *path, unsigned flags)
 {
@@ -700,11 +744,16 @@ static int attach_tree(int tree_fd, const char *dst, struct al_error *err)
 	return 0;
 }
 
+/*
+ * The overlay's options name its layers relative to the private tmpfs (the
+ * caller's working directory): /proc/self/mountinfo shows them as given,
+ * and the sandbox must not learn where its state directory is.
+ */
 static int mount_layer(const struct sbx_rootfs_plan *plan, const struct layer *l, int userns_fd,
 		       struct al_error *err)
 {
 	char staged[SBX_PATH_MAX], target[SBX_PATH_MAX], opts[3 * SBX_PATH_MAX + 128];
-	if (fmt(staged, sizeof(staged), "%s/lower/%s", plan->mnt, l->name) < 0 ||
+	if (fmt(staged, sizeof(staged), "lower/%s", l->name) < 0 ||
 	    fmt(target, sizeof(target), "%s%s%s", plan->root, *l->target ? "/" : "", l->target) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	if (mkdir(staged, 0700) < 0 && errno != EEXIST)
@@ -713,15 +762,15 @@ static int mount_layer(const struct sbx_rootfs_plan *plan, const struct layer *l
 	if (r < 0)
 		return r;
 	if (fmt(opts, sizeof(opts),
-		"lowerdir=%s,upperdir=%s/%s,workdir=%s/%s,redirect_dir=off,metacopy=off,"
+		"lowerdir=%s,upperdir=upper/%s,workdir=work/%s,redirect_dir=off,metacopy=off,"
 		"index=off,xino=off,volatile",
-		staged, plan->upper, l->name, plan->work, l->name) < 0)
+		staged, l->name, l->name) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "overlay options too long");
 	if (mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
 		return al_error_set_errno(err, -errno, "cannot mount overlay on /%s", l->target);
-	/* The overlay holds its own reference to the lower layer. */
-	if (umount2(staged, MNT_DETACH) < 0)
-		return al_error_set_errno(err, -errno, "umount %s", staged);
+	/* The staged lower layer stays attached where the sandbox cannot see
+	 * it; it goes with the old root, all in one detach (each unmount
+	 * waits for an RCU grace period). */
 	return 0;
 }
 
@@ -744,8 +793,8 @@ static int mount_dev(const char *root, uint32_t uid, struct al_error *err)
 		{ "random", 1, 8 },  { "urandom", 1, 9 }, { "tty", 5, 0 },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
+		/* (umask 0: the mode is exact; making a device needs root's ids) */
 		if (mknodat(dfd, nodes[i].name, S_IFCHR | 0666, makedev(nodes[i].major, nodes[i].minor)) < 0 ||
-		    fchmodat(dfd, nodes[i].name, 0666, 0) < 0 ||
 		    fchownat(dfd, nodes[i].name, uid, uid, 0) < 0)
 			return al_error_set_errno(err, -errno, "cannot create /dev/%s", nodes[i].name);
 	}
@@ -786,14 +835,19 @@ int sbx_rootfs_mount_proc(const char *root, struct al_error *err)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	if (mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		return al_error_set_errno(err, -errno, "mount /proc");
-	/* Kernel-wide knobs and information: read-only or hidden. */
+	/* Kernel-wide knobs and information: read-only or hidden. Whatever
+	 * this kernel lacks is skipped (ENOENT), without a look beforehand. */
 	static const char *const ro[] = { "sys", "sysrq-trigger", "irq", "bus", "fs" };
 	for (size_t i = 0; i < ARRAY_SIZE(ro); i++) {
 		char p[SBX_PATH_MAX];
-		if (fmt(p, sizeof(p), "%s/%s", proc, ro[i]) < 0 || access(p, F_OK) < 0)
-			continue;
-		if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0 ||
-		    mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+		if (fmt(p, sizeof(p), "%s/%s", proc, ro[i]) < 0)
+			return al_error_set(err, -ENAMETOOLONG, "path too long");
+		if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0) {
+			if (errno == ENOENT)
+				continue;
+			return al_error_set_errno(err, -errno, "cannot make /proc/%s read-only", ro[i]);
+		}
+		if (mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 			return al_error_set_errno(err, -errno, "cannot make /proc/%s read-only", ro[i]);
 	}
 	char devnull[SBX_PATH_MAX];
@@ -801,28 +855,21 @@ int sbx_rootfs_mount_proc(const char *root, struct al_error *err)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	static const char *const hidden_files[] = { "kcore", "keys", "timer_list", "sched_debug",
 						    "latency_stats", "kallsyms", "kpagecount",
-						    "kpageflags", "kpagecgroup", "sysvipc" };
+						    "kpageflags", "kpagecgroup" };
 	for (size_t i = 0; i < ARRAY_SIZE(hidden_files); i++) {
 		char p[SBX_PATH_MAX];
-		struct stat st;
-		if (fmt(p, sizeof(p), "%s/%s", proc, hidden_files[i]) < 0 || lstat(p, &st) < 0)
-			continue;
-		if (S_ISDIR(st.st_mode)) {
-			if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-				  "size=0,mode=555") < 0)
-				return al_error_set_errno(err, -errno, "cannot hide /proc/%s",
-							  hidden_files[i]);
-		} else if (mount(devnull, p, NULL, MS_BIND, NULL) < 0) {
+		if (fmt(p, sizeof(p), "%s/%s", proc, hidden_files[i]) < 0)
+			return al_error_set(err, -ENAMETOOLONG, "path too long");
+		if (mount(devnull, p, NULL, MS_BIND, NULL) < 0 && errno != ENOENT)
 			return al_error_set_errno(err, -errno, "cannot hide /proc/%s", hidden_files[i]);
-		}
 	}
-	static const char *const hidden_dirs[] = { "acpi", "scsi", "asound" };
+	static const char *const hidden_dirs[] = { "sysvipc", "acpi", "scsi", "asound" };
 	for (size_t i = 0; i < ARRAY_SIZE(hidden_dirs); i++) {
 		char p[SBX_PATH_MAX];
-		if (fmt(p, sizeof(p), "%s/%s", proc, hidden_dirs[i]) < 0 || access(p, F_OK) < 0)
-			continue;
+		if (fmt(p, sizeof(p), "%s/%s", proc, hidden_dirs[i]) < 0)
+			return al_error_set(err, -ENAMETOOLONG, "path too long");
 		if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			  "size=0,mode=555") < 0)
+			  "size=0,mode=555") < 0 && errno != ENOENT)
 			return al_error_set_errno(err, -errno, "cannot hide /proc/%s", hidden_dirs[i]);
 	}
 	return 0;
@@ -839,14 +886,25 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 		snprintf(opts0, sizeof(opts0), "mode=0700,size=%" PRIu64, plan->state_size);
 	if (mount("tmpfs", plan->mnt, "tmpfs", MS_NOSUID | MS_NODEV, opts0) < 0)
 		return al_error_set_errno(err, -errno, "cannot mount the sandbox's tmpfs");
-	int rb = build_tree(plan, err);
+	/* Exact modes, and entries made with their owner's ids (struct maker):
+	 * no chmod or chown for most of them. The command gets its umask
+	 * back below. */
+	mode_t old_umask = umask(0);
+	struct maker mk = { .fsid = 0 };
+	int rb = build_tree(&mk, plan, err);
 	if (rb < 0)
 		return rb;
+	rb = as_owner(&mk, 0);
+	if (rb < 0)
+		return al_error_set_errno(err, rb, "cannot take root's ids back");
 	if (mount(plan->root, plan->root, NULL, MS_BIND, NULL) < 0)
 		return al_error_set_errno(err, -errno, "cannot bind %s", plan->root);
 	if (mount(NULL, plan->root, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
 		return al_error_set_errno(err, -errno, "cannot remount %s", plan->root);
 
+	/* Overlay layers are named relative to the tmpfs (see mount_layer). */
+	if (chdir(plan->mnt) < 0)
+		return al_error_set_errno(err, -errno, "chdir %s", plan->mnt);
 	for (size_t i = 0; i < plan->n_layers; i++) {
 		int r = mount_layer(plan, &plan->layers[i], userns_fd, err);
 		if (r < 0)
@@ -890,5 +948,6 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 		return al_error_set_errno(err, -errno, "cannot detach the host root");
 	if (chdir("/") < 0)
 		return al_error_set_errno(err, -errno, "chdir /");
+	umask(old_umask);
 	return 0;
 }

@@ -92,6 +92,10 @@ struct sbx_result {
 	int status;
 	bool output_truncated;
 	uint64_t output_bytes;
+	/* Processes the memory limit killed in the sandbox's cgroup while the
+	 * command ran (the command's own death included), whatever the outcome:
+	 * a command whose child was killed may still exit on its own. */
+	uint64_t oom_kills;
 };
 
 /* Process-wide settings, from the environment or configuration. */
@@ -127,6 +131,7 @@ struct sbx_info {
 	int64_t created; /* unix seconds */
 	char image[256];
 	char workspace[512];
+	uint64_t oom_kills; /* by the memory limit, over the sandbox's life so far */
 };
 
 /* Calls fn for every sandbox in the state directory. */

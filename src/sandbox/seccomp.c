@@ -9,28 +9,48 @@
  * a filter written for one syscall table says nothing about another.
  *
  * Integer arguments the kernel truncates to 32 bits (ioctl's request,
- * unshare's flags) are compared under a 32-bit mask, so setting high bits
+ * socket's family) are compared under a 32-bit mask, so setting high bits
  * cannot slip past the comparison.
+ *
+ * libseccomp compiles the rules once (in the supervisor, before anything
+ * of the sandbox exists); the program it exports is checked here with a
+ * small classic-BPF evaluator (non-native calls must be killed, a denied
+ * call refused, an ordinary one allowed) and then loaded as it is, with
+ * seccomp(2), by every command of the sandbox: what was checked is what
+ * runs, and no command pays for libseccomp's probing and compiling.
  */
 #include "sandbox/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <termios.h>
+#include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/fdutil.h"
 
 #ifndef TIOCLINUX
 #define TIOCLINUX 0x541C
 #endif
 #ifndef AF_NETLINK
 #define AF_NETLINK 16
+#endif
+#ifndef SECCOMP_SET_MODE_FILTER
+#define SECCOMP_SET_MODE_FILTER 1
 #endif
 
 DEFINE_CLEANUP_FUNC(void, seccomp_release)
@@ -68,14 +88,53 @@ static const char *const enosys[] = {
 	"openat2", /* mode lives in a struct seccomp cannot read */
 };
 
+const char *const *sbx_seccomp_denied(size_t *ret_n)
+{
+	*ret_n = ARRAY_SIZE(denied);
+	return denied;
+}
+
+const char *const *sbx_seccomp_enosys(size_t *ret_n)
+{
+	*ret_n = ARRAY_SIZE(enosys);
+	return enosys;
+}
+
+/*
+ * Calls newer than some libseccomp releases know, by the number every
+ * architecture but alpha shares for them: a release that cannot name one
+ * must not leave it unfiltered.
+ */
+static const struct {
+	const char *name;
+	int nr;
+} newer_calls[] = {
+	{ "fchmodat2", 452 },
+};
+
+static int resolve(const char *name)
+{
+	int nr = seccomp_syscall_resolve_name(name);
+	if (nr != __NR_SCMP_ERROR)
+		return nr;
+#if defined(__x86_64__) || defined(__aarch64__) || defined(__riscv) || defined(__i386__) || \
+	defined(__arm__) || defined(__s390x__) || defined(__powerpc64__)
+	for (size_t i = 0; i < ARRAY_SIZE(newer_calls); i++)
+		if (strcmp(newer_calls[i].name, name) == 0)
+			return newer_calls[i].nr;
+#endif
+	return __NR_SCMP_ERROR;
+}
+
 static int add_rule_name(scmp_filter_ctx ctx, uint32_t action, const char *name,
 			 unsigned n_args, const struct scmp_arg_cmp *args)
 {
-	int nr = seccomp_syscall_resolve_name(name);
+	int nr = resolve(name);
 	if (nr == __NR_SCMP_ERROR)
 		return 0; /* not on this architecture */
 	int r = seccomp_rule_add_array(ctx, action, nr, n_args, args);
-	/* -EEXIST/-EACCES-style results for pseudo syscalls are not fatal */
+	/* A pseudo syscall (a name this architecture does not have) is not
+	 * an error: there is nothing to filter. */
 	if (r == -EOPNOTSUPP || r == -EDOM)
 		return 0;
 	return r;
@@ -83,19 +142,9 @@ static int add_rule_name(scmp_filter_ctx ctx, uint32_t action, const char *name,
 
 #define MASK32 0xffffffffULL
 
-int sbx_seccomp_load(void)
+static int add_rules(scmp_filter_ctx ctx)
 {
-	_cleanup_(seccomp_releasep) scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-	if (!ctx)
-		return -ENOMEM;
-	int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
-	if (r < 0)
-		return r;
-	/* The filter must hold across exec and for every thread. */
-	r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1);
-	if (r < 0)
-		return r;
-
+	int r;
 	for (size_t i = 0; i < ARRAY_SIZE(denied); i++) {
 		r = add_rule_name(ctx, SCMP_ACT_ERRNO(EPERM), denied[i], 0, NULL);
 		if (r < 0)
@@ -212,6 +261,224 @@ int sbx_seccomp_load(void)
 		if (r < 0)
 			return r;
 	}
+	return 0;
+}
 
-	return seccomp_load(ctx);
+/* ---- running a classic BPF program on a struct seccomp_data ---- */
+
+uint32_t sbx_bpf_run(const struct sock_filter *insns, size_t len, const struct seccomp_data *d)
+{
+	/* As the kernel's checker would refuse it: an invalid program is
+	 * answered with 0, SECCOMP_RET_KILL_THREAD. */
+	const unsigned char *data = (const unsigned char *)d;
+	uint32_t a = 0, x = 0, mem[BPF_MEMWORDS] = { 0 };
+	if (len == 0 || len > BPF_MAXINSNS)
+		return 0;
+	for (size_t pc = 0; pc < len; pc++) {
+		const struct sock_filter *f = &insns[pc];
+		uint32_t k = f->k;
+		uint32_t src = BPF_SRC(f->code) == BPF_X ? x : k;
+		switch (BPF_CLASS(f->code)) {
+		case BPF_LD:
+		case BPF_LDX: {
+			uint32_t v;
+			switch (BPF_MODE(f->code)) {
+			case BPF_ABS:
+				/* seccomp_data is loaded in aligned native words */
+				if (BPF_CLASS(f->code) != BPF_LD || BPF_SIZE(f->code) != BPF_W ||
+				    (k & 3) || k > sizeof(*d) - 4)
+					return 0;
+				memcpy(&v, data + k, 4);
+				break;
+			case BPF_LEN:
+				if (BPF_SIZE(f->code) != BPF_W)
+					return 0;
+				v = sizeof(*d);
+				break;
+			case BPF_IMM:
+				v = k;
+				break;
+			case BPF_MEM:
+				if (k >= BPF_MEMWORDS)
+					return 0;
+				v = mem[k];
+				break;
+			default:
+				return 0;
+			}
+			if (BPF_CLASS(f->code) == BPF_LD)
+				a = v;
+			else
+				x = v;
+			break;
+		}
+		case BPF_ST:
+		case BPF_STX:
+			if (k >= BPF_MEMWORDS)
+				return 0;
+			mem[k] = BPF_CLASS(f->code) == BPF_ST ? a : x;
+			break;
+		case BPF_ALU:
+			switch (BPF_OP(f->code)) {
+			case BPF_ADD: a += src; break;
+			case BPF_SUB: a -= src; break;
+			case BPF_MUL: a *= src; break;
+			case BPF_DIV:
+				if (src == 0)
+					return 0;
+				a /= src;
+				break;
+			case BPF_MOD:
+				if (src == 0)
+					return 0;
+				a %= src;
+				break;
+			case BPF_AND: a &= src; break;
+			case BPF_OR: a |= src; break;
+			case BPF_XOR: a ^= src; break;
+			case BPF_LSH: a = src < 32 ? a << src : 0; break;
+			case BPF_RSH: a = src < 32 ? a >> src : 0; break;
+			case BPF_NEG: a = (uint32_t)-a; break;
+			default: return 0;
+			}
+			break;
+		case BPF_JMP: {
+			size_t skip;
+			if (BPF_OP(f->code) == BPF_JA) {
+				skip = k;
+			} else {
+				bool t;
+				switch (BPF_OP(f->code)) {
+				case BPF_JEQ: t = a == src; break;
+				case BPF_JGT: t = a > src; break;
+				case BPF_JGE: t = a >= src; break;
+				case BPF_JSET: t = (a & src) != 0; break;
+				default: return 0;
+				}
+				skip = t ? f->jt : f->jf;
+			}
+			/* Jumps go forward only, and stay inside the program. */
+			if (skip >= len - pc - 1)
+				return 0;
+			pc += skip;
+			break;
+		}
+		case BPF_RET:
+			if (BPF_RVAL(f->code) == BPF_K)
+				return k;
+			if (BPF_RVAL(f->code) == BPF_A)
+				return a;
+			return 0;
+		case BPF_MISC:
+			if (BPF_MISCOP(f->code) == BPF_TAX)
+				x = a;
+			else if (BPF_MISCOP(f->code) == BPF_TXA)
+				a = x;
+			else
+				return 0;
+			break;
+		default:
+			return 0;
+		}
+	}
+	return 0; /* fell off the end */
+}
+
+/* ---- compile once, check, load ---- */
+
+void sbx_seccomp_free(struct sbx_bpf *p)
+{
+	free(p->insns);
+	p->insns = NULL;
+	p->len = 0;
+}
+
+static uint32_t eval(const struct sbx_bpf *p, uint32_t arch, int nr)
+{
+	struct seccomp_data d = { .nr = nr, .arch = arch };
+	return sbx_bpf_run(p->insns, p->len, &d);
+}
+
+/*
+ * What the filter must do whatever libseccomp release made it: kill calls
+ * of any other ABI, refuse a denied call, let an ordinary one through.
+ */
+static int check_program(const struct sbx_bpf *p, struct al_error *err)
+{
+	uint32_t native = seccomp_arch_native();
+	int getpid_nr = (int)SYS_getpid, keyctl_nr = (int)SYS_keyctl;
+	if (eval(p, native, getpid_nr) != SECCOMP_RET_ALLOW)
+		return al_error_set(err, -EPROTO, "the seccomp filter refuses getpid()");
+	if (eval(p, native, keyctl_nr) != (SECCOMP_RET_ERRNO | EPERM))
+		return al_error_set(err, -EPROTO, "the seccomp filter lets keyctl() through");
+	static const uint32_t foreign[] = { AUDIT_ARCH_I386, AUDIT_ARCH_X86_64, AUDIT_ARCH_ARM,
+					    AUDIT_ARCH_AARCH64, 0 };
+	for (size_t i = 0; i < ARRAY_SIZE(foreign); i++) {
+		if (foreign[i] == native)
+			continue;
+		for (int nr = 0; nr < 512; nr += 37)
+			if (eval(p, foreign[i], nr) != SECCOMP_RET_KILL_PROCESS)
+				return al_error_set(err, -EPROTO, "the seccomp filter does not kill "
+						    "system calls of architecture %#x", foreign[i]);
+	}
+#ifdef __x86_64__
+	/* x32: the x86_64 architecture value with bit 30 set in the number. */
+	for (int nr = 0; nr < 1024; nr += 31)
+		if (eval(p, native, nr | 0x40000000) != SECCOMP_RET_KILL_PROCESS)
+			return al_error_set(err, -EPROTO,
+					    "the seccomp filter does not kill x32 system calls");
+#endif
+	return 0;
+}
+
+int sbx_seccomp_compile(struct sbx_bpf *ret, struct al_error *err)
+{
+	_cleanup_(seccomp_releasep) scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (!ctx)
+		return al_error_set(err, -ENOMEM, "cannot build the seccomp filter");
+	int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot build the seccomp filter (does this "
+					  "kernel have SECCOMP_RET_KILL_PROCESS?)");
+	r = add_rules(ctx);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot build the seccomp filter");
+	_cleanup_close_ int fd = memfd_create("airlock-seccomp", MFD_CLOEXEC);
+	if (fd < 0)
+		return al_error_set_errno(err, -errno, "memfd_create");
+	r = seccomp_export_bpf(ctx, fd);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot export the seccomp filter");
+	off_t size = lseek(fd, 0, SEEK_END);
+	if (size < 0)
+		return al_error_set_errno(err, -errno, "cannot export the seccomp filter");
+	if (size == 0 || size % (off_t)sizeof(struct sock_filter) != 0 ||
+	    size > (off_t)(BPF_MAXINSNS * sizeof(struct sock_filter)))
+		return al_error_set(err, -EPROTO, "libseccomp exported a filter of %lld bytes",
+				    (long long)size);
+	_cleanup_free_ struct sock_filter *insns = malloc((size_t)size);
+	if (!insns)
+		return al_error_set(err, -ENOMEM, "out of memory");
+	ssize_t n = pread(fd, insns, (size_t)size, 0);
+	if (n != (ssize_t)size)
+		return al_error_set_errno(err, n < 0 ? -errno : -EIO,
+					  "cannot read the exported seccomp filter");
+	struct sbx_bpf prog = { .insns = insns, .len = (unsigned short)(size / sizeof(*insns)) };
+	r = check_program(&prog, err);
+	if (r < 0)
+		return r;
+	prog.insns = TAKE_PTR(insns);
+	*ret = prog;
+	return 0;
+}
+
+int sbx_seccomp_install(const struct sbx_bpf *p)
+{
+	if (!p || !p->insns || p->len == 0)
+		return -EINVAL;
+	struct sock_fprog prog = { .len = p->len, .filter = p->insns };
+	/* no_new_privs is already set by the caller. */
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0)
+		return -errno;
+	return 0;
 }

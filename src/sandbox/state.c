@@ -13,7 +13,7 @@
  *   <id>/env          --env of a persistent sandbox; <id>/control: its keeper
  *   slots/<n>         symlink to the id owning host uid range n
  */
-#include "sandbox/internal.h"
+#include "sandbox/proc.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -36,6 +36,7 @@
 #include "common/parse.h"
 
 #define RM_MAX_DEPTH 128
+#define ENV_FILE_MAX (256 * 1024)
 
 bool sbx_id_valid(const char *id)
 {
@@ -461,16 +462,27 @@ static int rm_children(int topfd, int dfd, unsigned depth, unsigned *moved)
 	while ((errno = 0, de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		struct stat st;
-		if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			if (errno != ENOENT && ret == 0)
-				ret = -errno;
-			continue;
+		/* The entry's type comes with its name on most filesystems: no
+		 * stat per file. unlinkat never follows a link, and refuses a
+		 * directory (EISDIR), should one have taken the name since. */
+		bool dir = de->d_type == DT_DIR;
+		if (de->d_type == DT_UNKNOWN) {
+			struct stat st;
+			if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+				if (errno != ENOENT && ret == 0)
+					ret = -errno;
+				continue;
+			}
+			dir = S_ISDIR(st.st_mode);
 		}
-		if (!S_ISDIR(st.st_mode)) {
-			if (unlinkat(dfd, de->d_name, 0) < 0 && errno != ENOENT && ret == 0)
-				ret = -errno;
-			continue;
+		if (!dir) {
+			if (unlinkat(dfd, de->d_name, 0) == 0 || errno == ENOENT)
+				continue;
+			if (errno != EISDIR) {
+				if (ret == 0)
+					ret = -errno;
+				continue;
+			}
 		}
 		if (depth >= RM_MAX_DEPTH) {
 			char name[64];
@@ -524,5 +536,47 @@ int sbx_rm_rf(const char *path)
 		return r;
 	if (rmdir(path) < 0 && errno != ENOENT)
 		return -errno;
+	return 0;
+}
+
+/* ---- the --env of a persistent sandbox ---- */
+
+int sbx_env_write_file(const struct sbx_paths *p, const struct sbx_spec *spec)
+{
+	char path[SBX_PATH_MAX + 8];
+	snprintf(path, sizeof(path), "%s/env", p->dir);
+	_cleanup_close_ int fd =
+		open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -errno;
+	for (size_t i = 0; i < spec->n_env; i++) {
+		int r = write_full(fd, spec->env[i], strlen(spec->env[i]) + 1);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+int sbx_env_read_file(const struct sbx_paths *p, struct sbx_env *e)
+{
+	char path[SBX_PATH_MAX + 8];
+	snprintf(path, sizeof(path), "%s/env", p->dir);
+	_cleanup_free_ char *text = NULL;
+	size_t len = 0;
+	int r = read_file_bounded(AT_FDCWD, path, ENV_FILE_MAX, &text, &len);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0)
+		return r;
+	for (size_t off = 0; off < len;) {
+		const char *kv = text + off;
+		size_t n = strnlen(kv, len - off);
+		if (off + n >= len)
+			return -EBADMSG;
+		r = sbx_env_set(e, kv);
+		if (r < 0)
+			return r;
+		off += n + 1;
+	}
 	return 0;
 }

@@ -204,11 +204,10 @@ static void kill_pidfd(int pidfd)
 }
 
 int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
-		  struct sbx_stdio *io, const struct sbx_cgroup *cg, struct sbx_result *ret,
-		  struct al_error *err)
+		  struct sbx_stdio *io, const struct sbx_cgroup *cg, uint64_t oom_before,
+		  struct sbx_result *ret, struct al_error *err)
 {
 	struct sbx_result res = { .outcome = SBX_EXITED };
-	uint64_t oom_before = sbx_cgroup_oom_kills(cg);
 	uint64_t deadline = opts->timeout_ms ? now_ms() + opts->timeout_ms : 0;
 	bool have_status = false, timed_out = false, truncated_note = false;
 	uint64_t drain_deadline = 0;
@@ -416,12 +415,14 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 
 	if (r < 0)
 		return r;
+	uint64_t oom_after = sbx_cgroup_oom_kills(cg);
+	res.oom_kills = oom_after > oom_before ? oom_after - oom_before : 0;
 	if (interrupted) {
 		res.outcome = SBX_INTERRUPTED;
 		res.status = interrupted;
 	} else if (timed_out && !have_status) {
 		res.outcome = SBX_TIMED_OUT;
-	} else if (sbx_cgroup_oom_kills(cg) > oom_before &&
+	} else if (res.oom_kills &&
 		   (!have_status || (res.outcome == SBX_SIGNALED && res.status == SIGKILL))) {
 		res.outcome = SBX_OOM_KILLED;
 	} else if (!have_status) {

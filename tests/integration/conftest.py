@@ -22,6 +22,11 @@ TEST_UID = 1000  # owner of test workspaces: an unprivileged host user
 # default uid 0x5fffffff.
 UID_BASE = int(os.environ.get("AIRLOCK_TEST_UID_BASE", "0x20000000"), 0)
 UID_END = UID_BASE + 4096 * 65536
+# The egress gateway's own uid (gateway.h's GW_DEFAULT_UID unless set): any
+# airlock's gateway, another checkout's included, runs as it, and it falls in
+# these ranges when they reach 0x5fffffff (where it is also the last range's
+# uid 65535: a sandbox process of that one uid would go unseen here).
+GATEWAY_UID = int(os.environ.get("AIRLOCK_GATEWAY_UID", "0x5fffffff"), 0)
 
 
 def airlock_path():
@@ -161,6 +166,10 @@ def uid_range_processes(base=UID_BASE, end=UID_END):
             with open(f"/proc/{pid}/status") as f:
                 fields = dict(l.split(":", 1) for l in f if ":" in l)
             if fields["State"].split()[0] == "Z" and int(fields["PPid"]) == 1:
+                continue
+            if int(fields["Uid"].split()[0]) == GATEWAY_UID:
+                # A gateway, maybe another test run's or a standalone
+                # `airlock gateway` (named "airlock" then): not a sandbox's.
                 continue
             with open(f"/proc/{pid}/status") as f:
                 for line in f:

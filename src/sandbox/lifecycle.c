@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Sandboxes after their start: destroy, list, and gc of what crashed or
+ * killed ones left behind (state directories, slots, cgroups, views of /etc).
+ */
+#include "sandbox/proc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/fdutil.h"
+
+static int destroy_locked(const struct sbx_settings *set, const char *id, struct sbx_state *st,
+			  bool have_state, struct al_error *err)
+{
+	struct sbx_paths p;
+	int r = sbx_paths_init(set, id, &p, err);
+	if (r < 0)
+		return r;
+	if (have_state) {
+		int kfd = sbx_pidfd_if_same(st->keeper_pid, st->keeper_start);
+		int pidfd = sbx_state_pidfd(st);
+		if (pidfd >= 0) {
+			syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+			/* pid 1 exits only after every process of its namespace. */
+			r = sbx_wait_pidfd_exit(pidfd, 10000);
+			close(pidfd);
+			if (r < 0) {
+				safe_close(kfd);
+				return al_error_set(err, r, "sandbox %s did not die within 10 s", id);
+			}
+		}
+		if (kfd >= 0) {
+			/* The keeper reaps the init and leaves by itself; it is
+			 * killed if it does not. */
+			if (sbx_wait_pidfd_exit(kfd, 2000) < 0) {
+				syscall(SYS_pidfd_send_signal, kfd, SIGKILL, NULL, 0);
+				r = sbx_wait_pidfd_exit(kfd, 10000);
+			}
+			close(kfd);
+			if (r < 0)
+				return al_error_set(err, r, "the keeper of sandbox %s did not die", id);
+		}
+		r = sbx_cgroup_destroy(&st->cg);
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot remove the cgroups of sandbox %s", id);
+	}
+	r = sbx_rm_rf(p.dir);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot remove %s", p.dir);
+	if (have_state)
+		sbx_release_slot(set, st->slot, id);
+	return 0;
+}
+
+int sbx_destroy(const struct sbx_settings *set, const char *id, struct al_error *err)
+{
+	struct sbx_state st;
+	struct sbx_paths p;
+	int r = sbx_lookup(set, id, &st, &p, err);
+	if (r < 0)
+		return r;
+	_cleanup_close_ int lock = sbx_lock_dir(p.dir, true);
+	if (lock < 0)
+		return al_error_set_errno(err, lock, "cannot lock sandbox %s", id);
+	return destroy_locked(set, id, &st, true, err);
+}
+
+int sbx_list(const struct sbx_settings *set,
+	     int (*fn)(const struct sbx_info *info, void *userdata), void *userdata,
+	     struct al_error *err)
+{
+	DIR *d = opendir(set->state_dir);
+	if (!d) {
+		if (errno == ENOENT)
+			return 0;
+		return al_error_set_errno(err, -errno, "cannot open %s", set->state_dir);
+	}
+	int r = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!sbx_id_valid(de->d_name))
+			continue;
+		struct sbx_state st;
+		struct al_error ignore = { 0 };
+		if (sbx_state_read(set, de->d_name, &st, &ignore) < 0)
+			continue; /* being created, or debris for gc */
+		if (st.ephemeral)
+			continue;
+		struct sbx_info info = { .created = st.created };
+		memcpy(info.id, st.id, sizeof(info.id));
+		snprintf(info.image, sizeof(info.image), "%s", st.image);
+		snprintf(info.workspace, sizeof(info.workspace), "%s", st.workspace);
+		int pidfd = sbx_state_pidfd(&st);
+		info.running = pidfd >= 0;
+		safe_close(pidfd);
+		info.oom_kills = sbx_cgroup_oom_kills(&st.cg);
+		r = fn(&info, userdata);
+		if (r < 0)
+			break;
+	}
+	closedir(d);
+	return r;
+}
+
+static bool id_has_live_dir(const char *id, void *ud)
+{
+	const struct sbx_settings *set = ud;
+	char path[SBX_PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", set->state_dir, id);
+	return access(path, F_OK) == 0;
+}
+
+bool sbx_etc_gen_in_use(const char *gen, void *ud)
+{
+	const struct sbx_settings *set = ud;
+	DIR *d = opendir(set->state_dir);
+	if (!d)
+		return true; /* cannot tell: keep it */
+	bool used = false;
+	struct dirent *de;
+	while (!used && (de = readdir(d))) {
+		if (!sbx_id_valid(de->d_name))
+			continue;
+		struct sbx_state st;
+		if (sbx_state_read(set, de->d_name, &st, NULL) < 0) {
+			/* A sandbox being created has no state yet (it holds the
+			 * view's lock meanwhile); a damaged one keeps everything. */
+			char path[SBX_PATH_MAX + 32];
+			snprintf(path, sizeof(path), "%s/%s/state", set->state_dir, de->d_name);
+			if (access(path, F_OK) == 0)
+				used = true;
+			continue;
+		}
+		used = strcmp(st.etc_gen, gen) == 0;
+	}
+	closedir(d);
+	return used;
+}
+
+int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_error *err)
+{
+	if (geteuid() != 0)
+		return al_error_set(err, -EPERM, "airlock sandbox needs root");
+	unsigned removed = 0;
+	int ret = 0;
+	DIR *d = opendir(set->state_dir);
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			if (!sbx_id_valid(de->d_name))
+				continue;
+			struct sbx_paths p;
+			if (sbx_paths_init(set, de->d_name, &p, NULL) < 0)
+				continue;
+			/* A sandbox being created or destroyed holds its lock. */
+			int lock = sbx_lock_dir(p.dir, false);
+			if (lock < 0)
+				continue;
+			struct sbx_state st;
+			struct al_error e = { 0 };
+			bool have = sbx_state_read(set, de->d_name, &st, &e) == 0;
+			bool alive = false;
+			if (have) {
+				int pidfd = sbx_state_pidfd(&st);
+				alive = pidfd >= 0;
+				safe_close(pidfd);
+			}
+			/* A sandbox whose state cannot be read (damaged, or written
+			 * under other settings) but whose cgroup still holds
+			 * processes is not debris: it is left alone and reported. */
+			if (!have && sbx_cgroup_populated(set, de->d_name)) {
+				if (ret == 0)
+					ret = al_error_set(err, -EBUSY,
+							   "sandbox %s has an unreadable state file but "
+							   "is still running: left alone (%s)",
+							   de->d_name, al_error_message(&e));
+				close(lock);
+				continue;
+			}
+			if (!alive) {
+				struct al_error de_err = { 0 };
+				if (destroy_locked(set, de->d_name, &st, have, &de_err) == 0)
+					removed++;
+				else if (ret == 0)
+					ret = al_error_set(err, de_err.code, "%s",
+							   al_error_message(&de_err));
+			}
+			close(lock);
+		}
+		closedir(d);
+	}
+	/* Slots whose sandbox is gone. */
+	char slots[SBX_PATH_MAX];
+	snprintf(slots, sizeof(slots), "%s/slots", set->state_dir);
+	DIR *sd = opendir(slots);
+	if (sd) {
+		struct dirent *de;
+		while ((de = readdir(sd))) {
+			if (de->d_name[0] == '.')
+				continue;
+			char target[SBX_ID_LEN + 2];
+			ssize_t n = readlinkat(dirfd(sd), de->d_name, target, sizeof(target) - 1);
+			if (n < 0)
+				continue;
+			target[n] = '\0';
+			if (!sbx_id_valid(target) || !id_has_live_dir(target, (void *)set)) {
+				if (unlinkat(dirfd(sd), de->d_name, 0) == 0)
+					removed++;
+			}
+		}
+		closedir(sd);
+	}
+	/* Views of /etc no sandbox uses any more. */
+	unsigned etc_removed = 0;
+	int er = sbx_etc_gc(set, sbx_etc_gen_in_use, (void *)set, &etc_removed);
+	removed += etc_removed;
+	if (er < 0 && ret == 0)
+		ret = al_error_set_errno(err, er, "cannot remove old views of /etc");
+	/* Cgroups without a sandbox directory. */
+	unsigned cg_removed = 0;
+	int r = sbx_cgroup_gc(set, id_has_live_dir, (void *)set, &cg_removed);
+	removed += cg_removed;
+	if (r < 0 && ret == 0)
+		ret = al_error_set_errno(err, r, "cannot remove stale cgroups");
+	*ret_removed = removed;
+	return ret;
+}
