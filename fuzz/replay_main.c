@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 
 #include "common/cleanup.h"
+#include "common/error.h"
 #include "common/fdutil.h"
 #include "fuzz.h"
 
@@ -32,7 +33,7 @@ static int run_file(const char *path, size_t *count)
 	size_t len;
 	int r = read_file_bounded(AT_FDCWD, path, REPLAY_MAX_INPUT, &data, &len);
 	if (r < 0) {
-		fprintf(stderr, "replay: %s: %s\n", path, strerror(-r));
+		fprintf(stderr, "replay: %s: %s\n", path, al_strerror(r));
 		return r;
 	}
 	/* An exact-size copy, so that ASan sees reads past the input. */
@@ -50,7 +51,7 @@ static int run_dir(const char *path, size_t *count)
 {
 	DIR *d = opendir(path);
 	if (!d) {
-		fprintf(stderr, "replay: %s: %s\n", path, strerror(errno));
+		fprintf(stderr, "replay: %s: %s\n", path, al_strerror(errno));
 		return -errno;
 	}
 	char **names = NULL;
@@ -94,7 +95,7 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		struct stat st;
 		if (stat(argv[i], &st) < 0) {
-			fprintf(stderr, "replay: %s: %s\n", argv[i], strerror(errno));
+			fprintf(stderr, "replay: %s: %s\n", argv[i], al_strerror(errno));
 			return 1;
 		}
 		int r = S_ISDIR(st.st_mode) ? run_dir(argv[i], &count) : run_file(argv[i], &count);

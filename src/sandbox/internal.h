@@ -56,9 +56,16 @@ int sbx_paths_init(const struct sbx_settings *set, const char *id, struct sbx_pa
 int sbx_claim_slot(const struct sbx_settings *set, const char *id, uint32_t *ret_slot,
 		   struct al_error *err);
 void sbx_release_slot(const struct sbx_settings *set, uint32_t slot, const char *id);
+/* The text of a state file into buf: its length, -EINVAL for a value with
+ * a control character, -ENOBUFS when it does not fit. */
+int sbx_state_format(const struct sbx_state *st, char *buf, size_t size);
 int sbx_state_write(const struct sbx_paths *p, const struct sbx_state *st);
 int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_state *ret,
 		   struct al_error *err);
+/* Parses a state file's text (len bytes, with room for a NUL after them) of
+ * sandbox id: -EBADMSG for anything but what sbx_state_write writes. */
+int sbx_state_parse(const struct sbx_settings *set, const char *id, char *text, size_t len,
+		    struct sbx_state *ret);
 /* The state and paths of an existing sandbox (root only). */
 int sbx_lookup(const struct sbx_settings *set, const char *id, struct sbx_state *st,
 	       struct sbx_paths *p, struct al_error *err);

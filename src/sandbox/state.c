@@ -175,19 +175,18 @@ static bool value_ok(const char *v)
 	return true;
 }
 
-int sbx_state_write(const struct sbx_paths *p, const struct sbx_state *st)
+int sbx_state_format(const struct sbx_state *st, char *buf, size_t size)
 {
 	if (!value_ok(st->image) || !value_ok(st->workspace))
 		return -EINVAL;
 	for (int i = 0; i < SBX_CGROUP_CONTROLLERS; i++)
 		if (st->cg.present[i] && !value_ok(st->cg.path[i]))
 			return -EINVAL;
-	char buf[SBX_STATE_FILE_MAX];
 	size_t len = 0;
 #define ADD(...)                                                                                   \
 	do {                                                                                       \
-		int _n = snprintf(buf + len, sizeof(buf) - len, __VA_ARGS__);                      \
-		if (_n < 0 || (size_t)_n >= sizeof(buf) - len)                                     \
+		int _n = snprintf(buf + len, size - len, __VA_ARGS__);                             \
+		if (_n < 0 || (size_t)_n >= size - len)                                            \
 			return -ENOBUFS;                                                           \
 		len += (size_t)_n;                                                                 \
 	} while (0)
@@ -212,7 +211,16 @@ int sbx_state_write(const struct sbx_paths *p, const struct sbx_state *st)
 	ADD("image=%s\n", st->image);
 	ADD("workspace=%s\n", st->workspace);
 #undef ADD
+	return (int)len;
+}
 
+int sbx_state_write(const struct sbx_paths *p, const struct sbx_state *st)
+{
+	char buf[SBX_STATE_FILE_MAX];
+	int n = sbx_state_format(st, buf, sizeof(buf));
+	if (n < 0)
+		return n;
+	size_t len = (size_t)n;
 	char tmp[SBX_PATH_MAX], final[SBX_PATH_MAX];
 	if (path_join(tmp, sizeof(tmp), p->dir, "state.tmp") < 0 ||
 	    path_join(final, sizeof(final), p->dir, "state") < 0)
@@ -259,7 +267,23 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 		return al_error_set(err, -ENOENT, "no sandbox with id %s", id);
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot read state of sandbox %s", id);
+	if (sbx_state_parse(set, id, text, len, ret) < 0)
+		return al_error_set(err, -EBADMSG,
+				    "state file of sandbox %s is damaged (run `airlock sandbox gc`)", id);
+	return 0;
+}
 
+int sbx_state_parse(const struct sbx_settings *set, const char *id, char *text, size_t len,
+		    struct sbx_state *ret)
+{
+	/* A NUL inside the file would hide what follows it; no value of ours
+	 * holds a control character (sbx_state_format refuses them). */
+	for (size_t i = 0; i < len; i++)
+		if (((unsigned char)text[i] < 0x20 && text[i] != '\n') || text[i] == 0x7f)
+			return -EBADMSG;
+	text[len] = '\0';
+	if (!sbx_id_valid(id))
+		return -EBADMSG;
 	struct sbx_state st = { .init_pid = 0 };
 	st.cg.dirfd = -1;
 	bool have_pid = false, have_uid = false, have_id = false, have_slot = false;
@@ -320,12 +344,16 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 				goto bad;
 			st.created = (int64_t)u;
 		} else if (strcmp(key, "ephemeral") == 0) {
-			st.ephemeral = strcmp(val, "1") == 0;
+			if (strcmp(val, "0") != 0 && strcmp(val, "1") != 0)
+				goto bad;
+			st.ephemeral = val[0] == '1';
 		} else if (strcmp(key, "memory") == 0) {
 			if (parse_u64(val, &st.memory_bytes) < 0)
 				goto bad;
 		} else if (strcmp(key, "cgroup_v2") == 0) {
-			st.cg.v2 = strcmp(val, "1") == 0;
+			if (strcmp(val, "0") != 0 && strcmp(val, "1") != 0)
+				goto bad;
+			st.cg.v2 = val[0] == '1';
 		} else if (strncmp(key, "cgroup", 6) == 0 && key[6] >= '0' &&
 			   key[6] < '0' + SBX_CGROUP_CONTROLLERS && key[7] == '\0') {
 			int i = key[6] - '0';
@@ -359,7 +387,7 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 	*ret = st;
 	return 0;
 bad:
-	return al_error_set(err, -EBADMSG, "state file of sandbox %s is damaged (run `airlock sandbox gc`)", id);
+	return -EBADMSG;
 }
 
 /* Reads the start time, and whether the process is a zombie (or dead). */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/fdutil.h"
+#include "common/parse.h"
 #include "sandbox/proc.h"
 
 static char tmpdir[256];
@@ -64,13 +65,15 @@ static void test_starttime_is_field_22(void **state)
 	char *p = strrchr(text, ')') + 2; /* field 3 */
 	for (int field = 3; field < 22; field++)
 		p = strchr(p, ' ') + 1;
-	unsigned long long want = strtoull(p, NULL, 10);
+	uint64_t want, vsize;
+	const char *end;
+	assert_int_equal(parse_u64_prefix(p, &want, &end), 0);
 	uint64_t got;
 	assert_int_equal(sbx_proc_starttime(getpid(), &got), 0);
 	assert_int_equal(got, want);
 	/* And it is not the neighbouring field (vsize), which differs. */
-	char *next = strchr(p, ' ') + 1;
-	assert_int_not_equal(got, strtoull(next, NULL, 10));
+	assert_int_equal(parse_u64_prefix(end + 1, &vsize, &end), 0);
+	assert_int_not_equal(got, vsize);
 }
 
 static void settings(struct sbx_settings *set)
@@ -128,6 +131,7 @@ static void test_state_round_trip_and_damage(void **state)
 		{ true, "pid=12\nuid=1610612737\nslot=0\n" },                        /* uid not the slot's */
 		{ true, "pid=12\nuid=1610612736\nslot=0\ncgroup1=/tmp/victim\n" },  /* foreign path */
 		{ true, "pid=12\nuid=1610612736\nslot=0\ncgroup0=/sys/fs/cgroup/memory/x/../../etc\n" },
+		{ true, "pid=12\nuid=1610612736\nslot=0\nephemeral=yes\n" },     /* not 0 or 1 */
 	};
 	char path[SBX_PATH_MAX + 16];
 	snprintf(path, sizeof(path), "%s/state", p.dir);
@@ -140,6 +144,17 @@ static void test_state_round_trip_and_damage(void **state)
 		assert_int_equal(sbx_state_read(&set, st.id, &back, &err), -EBADMSG);
 		assert_non_null(strstr(err.msg, "gc"));
 	}
+	/* A NUL would hide the lines after it from a C-string parser. */
+	char good[SBX_STATE_FILE_MAX + 1];
+	int n = sbx_state_format(&st, good, sizeof(good));
+	assert_true(n > 0);
+	char copy[SBX_STATE_FILE_MAX + 1];
+	memcpy(copy, good, (size_t)n);
+	assert_int_equal(sbx_state_parse(&set, st.id, copy, (size_t)n, &back), 0);
+	memcpy(copy, good, (size_t)n);
+	copy[n - 1] = '\0';
+	assert_int_equal(sbx_state_parse(&set, st.id, copy, (size_t)n, &back), -EBADMSG);
+
 	al_error_clear(&err);
 	assert_int_equal(sbx_state_read(&set, "0123456789abcdef", &back, &err), -ENOENT);
 	assert_int_equal(sbx_state_read(&set, "../../../etc/x", &back, &err), -EINVAL);
