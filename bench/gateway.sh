@@ -147,10 +147,12 @@ ulimit -n 65536 2>/dev/null || ulimit -n 16384
 cflags=$(pkg-config --cflags openssl)
 libs=$(pkg-config --libs openssl)
 # shellcheck disable=SC2086
-cc -O2 -Wall -o "$bin/upstream" "$root/bench/gateway/upstream.c" $cflags $libs -lpthread ||
+# The programs share airlock's strict number parsing and error strings.
+common=("-D_GNU_SOURCE" "-I$root/src" "$root/src/common/parse.c" "$root/src/common/error.c")
+cc -O2 -Wall -o "$bin/upstream" "$root/bench/gateway/upstream.c" "${common[@]}" $cflags $libs -lpthread ||
 	die "compiling upstream.c"
 # shellcheck disable=SC2086
-cc -O2 -Wall -o "$bin/loadgen" "$root/bench/gateway/loadgen.c" $cflags $libs ||
+cc -O2 -Wall -o "$bin/loadgen" "$root/bench/gateway/loadgen.c" "${common[@]}" $cflags $libs ||
 	die "compiling loadgen.c"
 
 # ------------------------------------------------------------ certificates

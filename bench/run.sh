@@ -165,7 +165,8 @@ state_fs=$(findmnt -n -o FSTYPE,OPTIONS --target "$work" 2>/dev/null | tr -s ' '
 loadavg_before=$(cut -d' ' -f1-4 /proc/loadavg)
 note "$("$airlock" version 2>/dev/null || echo 'airlock ?') at $airlock; $(nproc) CPUs, kernel $(uname -r), cgroup $cg_mode, load $loadavg_before"
 
-cc -O2 -Wall -o "$work/sbxbench" "$root/bench/sbxbench.c" || die "cannot compile bench/sbxbench.c"
+cc -O2 -Wall -D_GNU_SOURCE -I"$root/src" -o "$work/sbxbench" "$root/bench/sbxbench.c" \
+	"$root/src/common/parse.c" "$root/src/common/error.c" || die "cannot compile bench/sbxbench.c"
 sbx=$work/sbxbench
 
 # ------------------------------------------------------------ the contenders

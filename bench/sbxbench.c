@@ -32,7 +32,9 @@
  *       (timed: "back"), moves it in again at once (timed: "again"). Prints
  *       one line per run: first_ns back_ns again_ns. Removes the cgroup.
  */
+#ifndef _GNU_SOURCE /* also given on the command line, for src/common */
 #define _GNU_SOURCE
+#endif
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +44,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -53,6 +56,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "common/error.h"
+#include "common/parse.h"
 
 #ifndef CGROUP2_SUPER_MAGIC
 #define CGROUP2_SUPER_MAGIC 0x63677270
@@ -101,12 +107,10 @@ static uint64_t now_ns(void)
 
 static long parse_long(const char *s, const char *what)
 {
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < 0)
+	uint64_t v;
+	if (parse_u64(s, &v) < 0 || v > LONG_MAX)
 		die("%s wants a non-negative number, not '%s'", what, s);
-	return v;
+	return (long)v;
 }
 
 /* Kills every process whose parent is us: after a timeout, what the run left. */
@@ -118,12 +122,11 @@ static void kill_our_children(void)
 		return;
 	struct dirent *de;
 	while ((de = readdir(d))) {
-		char *end;
-		long pid = strtol(de->d_name, &end, 10);
-		if (*end || pid <= 1)
+		uint64_t pid;
+		if (parse_u64(de->d_name, &pid) < 0 || pid <= 1 || pid > INT_MAX)
 			continue;
 		char path[64], buf[512];
-		snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
@@ -136,8 +139,9 @@ static void kill_our_children(void)
 		char *rp = strrchr(buf, ')');
 		if (!rp || strlen(rp) < 5)
 			continue;
-		long ppid = strtol(rp + 4, &end, 10);
-		if (ppid == self)
+		const char *end;
+		int64_t ppid;
+		if (parse_i64_prefix(rp + 4, &ppid, &end) == 0 && ppid == self)
 			kill((pid_t)pid, SIGKILL);
 	}
 	closedir(d);
@@ -156,10 +160,10 @@ static int make_hidden_cg2_ns(void)
 		return -1;
 	int ready[2], done[2];
 	if (pipe2(ready, O_CLOEXEC) < 0 || pipe2(done, O_CLOEXEC) < 0)
-		die("pipe: %s", strerror(errno));
+		die("pipe: %s", al_strerror(errno));
 	pid_t pid = fork();
 	if (pid < 0)
-		die("fork: %s", strerror(errno));
+		die("fork: %s", al_strerror(errno));
 	if (pid == 0) {
 		close(ready[0]);
 		close(done[1]);
@@ -170,7 +174,7 @@ static int make_hidden_cg2_ns(void)
 			  MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=755") == 0)
 			ok = 'y';
 		else
-			fprintf(stderr, "sbxbench: cannot hide the cgroup2 mount: %s\n", strerror(errno));
+			fprintf(stderr, "sbxbench: cannot hide the cgroup2 mount: %s\n", al_strerror(errno));
 		if (write(ready[1], &ok, 1) != 1)
 			_exit(1);
 		char c;
@@ -187,7 +191,7 @@ static int make_hidden_cg2_ns(void)
 	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)pid);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		die("open %s: %s", path, strerror(errno));
+		die("open %s: %s", path, al_strerror(errno));
 	close(done[1]);
 	close(ready[0]);
 	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
@@ -235,10 +239,10 @@ static int run_once(const struct tool *t, long seq, int nsfd, int errfd, int dev
 	uint64_t t0 = now_ns();
 	pid_t pid = fork();
 	if (pid < 0)
-		die("fork: %s", strerror(errno));
+		die("fork: %s", al_strerror(errno));
 	if (pid == 0) {
 		if (t->hidecg2 && nsfd >= 0 && setns(nsfd, CLONE_NEWNS) < 0) {
-			dprintf(errfd, "sbxbench: setns: %s\n", strerror(errno));
+			dprintf(errfd, "sbxbench: setns: %s\n", al_strerror(errno));
 			_exit(126);
 		}
 		dup2(devnull, 0);
@@ -255,7 +259,7 @@ static int run_once(const struct tool *t, long seq, int nsfd, int errfd, int dev
 		if (!argv[0])
 			_exit(127);
 		execvp(argv[0], argv);
-		dprintf(2, "sbxbench: exec %s: %s\n", t->argv[0], strerror(errno));
+		dprintf(2, "sbxbench: exec %s: %s\n", t->argv[0], al_strerror(errno));
 		_exit(127);
 	}
 	timed_out = 0;
@@ -273,7 +277,7 @@ static int run_once(const struct tool *t, long seq, int nsfd, int errfd, int dev
 			}
 			if (errno == ECHILD)
 				break;
-			die("waitpid: %s", strerror(errno));
+			die("waitpid: %s", al_strerror(errno));
 		}
 		if (w == pid) {
 			main_done = true;
@@ -357,7 +361,7 @@ static int cmd_run(int argc, char **argv)
 		timeout_s = 1;
 
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
-		die("PR_SET_CHILD_SUBREAPER: %s", strerror(errno));
+		die("PR_SET_CHILD_SUBREAPER: %s", al_strerror(errno));
 	struct sigaction sa = { .sa_handler = on_alarm };
 	sigaction(SIGALRM, &sa, NULL);
 	/* SIGTERM/SIGINT: finish (and reap) the current run, then stop. */
@@ -375,10 +379,10 @@ static int cmd_run(int argc, char **argv)
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	int errfd = open(errlog, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	if (devnull < 0 || errfd < 0)
-		die("open /dev/null or %s: %s", errlog, strerror(errno));
+		die("open /dev/null or %s: %s", errlog, al_strerror(errno));
 	FILE *fo = out ? fopen(out, "w") : stdout;
 	if (!fo)
-		die("open %s: %s", out, strerror(errno));
+		die("open %s: %s", out, al_strerror(errno));
 
 	long seq = 0;
 	for (long r = 0; r < warmup + runs; r++) {
@@ -410,7 +414,7 @@ static int cmd_run(int argc, char **argv)
 		}
 	}
 	if (fo != stdout && fclose(fo) != 0)
-		die("write %s: %s", out, strerror(errno));
+		die("write %s: %s", out, al_strerror(errno));
 	return 0;
 }
 
@@ -487,20 +491,20 @@ static int cmd_cgattach(int argc, char **argv)
 	char home[4096], dir[4200], procs[4300], home_procs[4200];
 	int r = own_cgroup(root, home, sizeof(home));
 	if (r < 0)
-		die("cannot find our cgroup under %s: %s", root, strerror(-r));
+		die("cannot find our cgroup under %s: %s", root, al_strerror(r));
 	snprintf(dir, sizeof(dir), "%s/sbxbench-%d", root, (int)getpid());
 	snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
 	snprintf(home_procs, sizeof(home_procs), "%s/cgroup.procs", home);
 	if (mkdir(dir, 0755) < 0)
-		die("mkdir %s: %s", dir, strerror(errno));
+		die("mkdir %s: %s", dir, al_strerror(errno));
 	int rc = 0;
 	for (long k = 0; k < runs && rc == 0; k++) {
 		int p[2];
 		if (pipe2(p, O_CLOEXEC) < 0)
-			die("pipe: %s", strerror(errno));
+			die("pipe: %s", al_strerror(errno));
 		pid_t pid = fork();
 		if (pid < 0)
-			die("fork: %s", strerror(errno));
+			die("fork: %s", al_strerror(errno));
 		if (pid == 0) {
 			close(p[1]);
 			char c;
@@ -517,7 +521,7 @@ static int cmd_cgattach(int argc, char **argv)
 		if ((r = write_str(procs, pidstr, &first)) < 0 ||
 		    (r = write_str(home_procs, pidstr, &back)) < 0 ||
 		    (r = write_str(procs, pidstr, &again)) < 0) {
-			fprintf(stderr, "sbxbench: moving %s between cgroups: %s\n", pidstr, strerror(-r));
+			fprintf(stderr, "sbxbench: moving %s between cgroups: %s\n", pidstr, al_strerror(r));
 			rc = 1;
 		} else {
 			printf("%llu %llu %llu\n", (unsigned long long)first, (unsigned long long)back,
@@ -530,7 +534,7 @@ static int cmd_cgattach(int argc, char **argv)
 	/* A cgroup whose last task just exited may still be busy for a moment. */
 	for (int tries = 0; rmdir(dir) < 0; tries++) {
 		if (errno != EBUSY || tries > 100) {
-			fprintf(stderr, "sbxbench: rmdir %s: %s\n", dir, strerror(errno));
+			fprintf(stderr, "sbxbench: rmdir %s: %s\n", dir, al_strerror(errno));
 			return 1;
 		}
 		usleep(10000);

@@ -58,7 +58,7 @@ stage() { # KIND NAME COMMAND...
 
 cd "$root" || exit 1
 stage meson unit meson test -C "$build" --print-errorlogs
-AIRLOCK=$root/$build/src/cli/airlock stage pytest integration $pytest -q tests/integration
+AIRLOCK=$root/$build/src/cli/airlock stage pytest integration $pytest -q -rs tests/integration
 
 echo "==> asan build"
 if CC=clang meson setup "$asan" . -Db_sanitize=address,undefined -Db_lundef=false \
@@ -68,7 +68,7 @@ if CC=clang meson setup "$asan" . -Db_sanitize=address,undefined -Db_lundef=fals
 		export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 		stage meson asan-unit meson test -C "$asan" --print-errorlogs
 		AIRLOCK=$root/$asan/src/cli/airlock stage pytest asan-integration \
-			$pytest -q tests/integration
+			$pytest -q -rs tests/integration
 	else
 		tail -n 30 "$log/asan-build"
 		count meson "$log/asan-build" 1 asan-build

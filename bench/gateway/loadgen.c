@@ -32,7 +32,9 @@
  * were answered, no certificate failed verification), 1 otherwise; other
  * errors are counted in the JSON. Compiled by bench/gateway.sh.
  */
+#ifndef _GNU_SOURCE /* also given on the command line, for src/common */
 #define _GNU_SOURCE
+#endif
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <dirent.h>
@@ -53,6 +55,9 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+
+#include "common/error.h"
+#include "common/parse.h"
 
 #define BUF 16384
 #define BODY_LEN 1024
@@ -118,14 +123,36 @@ struct procinfo {
 	int pid, ppid;
 };
 
+/* Fields first..first+n-1 of a /proc/PID/stat line (numbered as in proc(5):
+ * 3 is the state after "(comm)"), which must be numbers unless first is 3. */
+static int stat_fields(const char *line, int first, int n, uint64_t *out)
+{
+	const char *p = strrchr(line, ')');
+	if (!p)
+		return -1;
+	p++;
+	for (int field = 3; field < first + n; field++) {
+		if (*p != ' ')
+			return -1;
+		p++;
+		if (field >= first && field != 3) {
+			if (parse_u64_prefix(p, &out[field - first], &p) < 0)
+				return -1;
+		} else {
+			p += strcspn(p, " ");
+		}
+	}
+	return 0;
+}
+
 /* Fills pids[] with the roots (comma-separated list) and all descendants. */
 static int proc_tree(const char *roots, int *pids, int max)
 {
 	int n = 0;
 	char *copy = strdup(roots), *save = NULL;
 	for (char *t = strtok_r(copy, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save))
-		if (atoi(t) > 0)
-			pids[n++] = atoi(t);
+		if (parse_int_range(t, 1, INT_MAX, &pids[n]) == 0)
+			n++;
 	free(copy);
 	if (n == 0)
 		return 0;
@@ -142,11 +169,12 @@ static int proc_tree(const char *roots, int *pids, int max)
 		if (!f)
 			continue;
 		if (fgets(line, sizeof(line), f)) {
-			char *p = strrchr(line, ')');
-			int ppid;
-			if (p && sscanf(p + 2, "%*c %d", &ppid) == 1) {
-				all[na].pid = atoi(de->d_name);
-				all[na].ppid = ppid;
+			uint64_t ppid;
+			int pid;
+			if (stat_fields(line, 4, 1, &ppid) == 0 && ppid <= INT_MAX &&
+			    parse_int_range(de->d_name, 1, INT_MAX, &pid) == 0) {
+				all[na].pid = pid;
+				all[na].ppid = (int)ppid;
 				na++;
 			}
 		}
@@ -186,13 +214,9 @@ static double tree_cpu(const char *roots)
 		if (!f)
 			continue;
 		if (fgets(line, sizeof(line), f)) {
-			char *p = strrchr(line, ')');
-			unsigned long ut, st;
-			/* after ")": state(3) ppid pgrp session tty tpgid flags minflt cminflt majflt
-			 * cmajflt utime(14) stime(15) */
-			if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-					&st) == 2)
-				ticks += (double)(ut + st);
+			uint64_t t[2]; /* utime(14), stime(15) */
+			if (stat_fields(line, 14, 2, t) == 0)
+				ticks += (double)(t[0] + t[1]);
 		}
 		fclose(f);
 	}
@@ -217,8 +241,11 @@ static void tree_sched(const char *roots, double *oncpu, double *waiting)
 				continue;
 			snprintf(path, sizeof(path), "/proc/%d/task/%s/schedstat", pids[i], de->d_name);
 			FILE *f = fopen(path, "r");
-			unsigned long long a, b;
-			if (f && fscanf(f, "%llu %llu", &a, &b) == 2) {
+			char line[128];
+			uint64_t a, b;
+			const char *p;
+			if (f && fgets(line, sizeof(line), f) && parse_u64_prefix(line, &a, &p) == 0 &&
+			    *p == ' ' && parse_u64_prefix(p + 1, &b, &p) == 0) {
 				*oncpu += (double)a;
 				*waiting += (double)b;
 			}
@@ -230,6 +257,29 @@ static void tree_sched(const char *roots, double *oncpu, double *waiting)
 	}
 }
 
+/* The number after "name" (e.g. "VmRSS:     1234 kB") in a /proc file; 0 if absent. */
+static long kib_field(const char *path, const char *name)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	char line[256];
+	uint64_t v = 0;
+	size_t nlen = strlen(name);
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, name, nlen) != 0)
+			continue;
+		const char *p = line + nlen, *end;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (parse_u64_prefix(p, &v, &end) < 0 || v > LONG_MAX)
+			v = 0;
+		break;
+	}
+	fclose(f);
+	return (long)v;
+}
+
 /* Summed VmRSS and Pss (KiB) of the trees under roots; returns the process count. */
 static int tree_mem(const char *roots, long *rss, long *pss)
 {
@@ -237,24 +287,11 @@ static int tree_mem(const char *roots, long *rss, long *pss)
 	int n = proc_tree(roots, pids, 4096);
 	*rss = *pss = 0;
 	for (int i = 0; i < n; i++) {
-		char path[64], line[256];
-		long v;
+		char path[64];
 		snprintf(path, sizeof(path), "/proc/%d/status", pids[i]);
-		FILE *f = fopen(path, "r");
-		if (f) {
-			while (fgets(line, sizeof(line), f))
-				if (sscanf(line, "VmRSS: %ld", &v) == 1)
-					*rss += v;
-			fclose(f);
-		}
+		*rss += kib_field(path, "VmRSS:");
 		snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pids[i]);
-		f = fopen(path, "r");
-		if (f) {
-			while (fgets(line, sizeof(line), f))
-				if (sscanf(line, "Pss: %ld", &v) == 1)
-					*pss += v;
-			fclose(f);
-		}
+		*pss += kib_field(path, "Pss:");
 	}
 	return n;
 }
@@ -271,7 +308,7 @@ static void fail(struct conn *c, const char *what)
 		if (e)
 			ERR_error_string_n(e, es, sizeof(es));
 		fprintf(stderr, "loadgen %s: connection error at %s%s%s%s%s\n", label, what,
-			errno ? ": " : "", errno ? strerror(errno) : "", es[0] ? ": " : "", es);
+			errno ? ": " : "", errno ? al_strerror(errno) : "", es[0] ? ": " : "", es);
 	}
 	(void)c;
 }
@@ -354,8 +391,11 @@ static int parse_response(struct conn *c)
 		cl = memmem(c->buf, hlen, "\ncontent-length:", 16);
 	if (!cl)
 		return -1;
-	long blen = strtol(cl + 16, NULL, 10);
-	if (blen != BODY_LEN)
+	const char *v = cl + 16, *vend;
+	while (*v == ' ')
+		v++;
+	uint64_t blen;
+	if (parse_u64_prefix(v, &blen, &vend) < 0 || blen != BODY_LEN)
 		return -1;
 	if (c->len < hlen + (size_t)blen)
 		return 0;
@@ -734,10 +774,10 @@ int main(int argc, char **argv)
 		case 'C': cafile = optarg; break;
 		case 'D': direct = 1; break;
 		case 'm': mode = optarg; break;
-		case 'c': conc = atoi(optarg); break;
-		case 'n': n_idle = atoi(optarg); break;
-		case 'w': warm = atof(optarg); break;
-		case 't': dur = atof(optarg); break;
+		case 'c': if (parse_int_range(optarg, 1, 1 << 20, &conc) < 0) usage(); break;
+		case 'n': if (parse_int_range(optarg, 0, 1 << 20, &n_idle) < 0) usage(); break;
+		case 'w': if (parse_double_range(optarg, 0, 3600, &warm) < 0) usage(); break;
+		case 't': if (parse_double_range(optarg, 0, 86400, &dur) < 0) usage(); break;
 		case 'H': host = optarg; break;
 		case 'p': proxy_pids = optarg; break;
 		case 'u': upstream_pids = optarg; break;
@@ -753,7 +793,10 @@ int main(int argc, char **argv)
 		usage();
 	*colon = 0;
 	taddr.sin_family = AF_INET;
-	taddr.sin_port = htons((uint16_t)atoi(colon + 1));
+	int port;
+	if (parse_int_range(colon + 1, 1, 65535, &port) < 0)
+		usage();
+	taddr.sin_port = htons((uint16_t)port);
 	if (inet_pton(AF_INET, target, &taddr.sin_addr) != 1)
 		usage();
 	*colon = ':';

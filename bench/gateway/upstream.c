@@ -11,7 +11,9 @@
  * "requests N connections M handshakes H" (totals so far); SIGTERM/SIGINT
  * end it. Compiled by bench/gateway.sh; not part of airlock.
  */
+#ifndef _GNU_SOURCE /* also given on the command line, for src/common */
 #define _GNU_SOURCE
+#endif
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -30,6 +32,9 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+
+#include "common/error.h"
+#include "common/parse.h"
 
 #define BODY_LEN 1024
 #define RBUF 8192
@@ -55,7 +60,7 @@ struct conn {
 
 static void die(const char *what)
 {
-	fprintf(stderr, "upstream: %s: %s\n", what, strerror(errno));
+	fprintf(stderr, "upstream: %s: %s\n", what, al_strerror(errno));
 	ERR_print_errors_fp(stderr);
 	exit(1);
 }
@@ -239,11 +244,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: upstream ADDR PORT CERT KEY [THREADS]\n");
 		return 2;
 	}
-	int threads = argc == 6 ? atoi(argv[5]) : 1;
-	if (threads < 1 || threads > 64)
-		threads = 1;
+	int threads = 1, port;
+	if ((argc == 6 && parse_int_range(argv[5], 1, 64, &threads) < 0) ||
+	    parse_int_range(argv[2], 1, 65535, &port) < 0) {
+		fprintf(stderr, "upstream: bad port %s or thread count\n", argv[2]);
+		return 2;
+	}
 	addr.sin_family = AF_INET;
-	addr.sin_port = htons((uint16_t)atoi(argv[2]));
+	addr.sin_port = htons((uint16_t)port);
 	if (inet_pton(AF_INET, argv[1], &addr.sin_addr) != 1) {
 		fprintf(stderr, "upstream: bad address %s\n", argv[1]);
 		return 2;

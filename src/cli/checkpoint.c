@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "common/buf.h"
 #include "common/cleanup.h"
+#include "common/error.h"
 #include "common/fdutil.h"
 #include "common/parse.h"
 #include "store/archive.h"
@@ -332,7 +333,7 @@ static int path_fail(const char *what, const char *path, int r)
 	if (r == -ELOOP)
 		return cli_fail("%s %s: a symbolic link in the path is not followed (name the real "
 				"path, with no link in any component)", what, path);
-	return cli_fail("%s %s: %s", what, path, strerror(-r));
+	return cli_fail("%s %s: %s", what, path, al_strerror(r));
 }
 
 /*
@@ -357,7 +358,7 @@ static int export_to_file(struct st_repo *r, const char *id, const char *file)
 	for (int tries = 0; fd < 0 && tries < 16; tries++) {
 		uint32_t rnd;
 		if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-			return cli_fail("cannot make a temporary name: %s", strerror(errno));
+			return cli_fail("cannot make a temporary name: %s", al_strerror(errno));
 		if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp-%08" PRIx32, name, rnd) >= sizeof(tmp))
 			return cli_fail("cannot write %s: the name is too long for a temporary file "
 					"beside it", file);
@@ -366,7 +367,7 @@ static int export_to_file(struct st_repo *r, const char *id, const char *file)
 			break;
 	}
 	if (fd < 0)
-		return cli_fail("cannot create a temporary file beside %s: %s", file, strerror(errno));
+		return cli_fail("cannot create a temporary file beside %s: %s", file, al_strerror(errno));
 	struct al_error err = { 0 };
 	int rc = st_export_tar(r, id, fd, &err);
 	if (rc == 0 && fsync(fd) < 0)

@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "common/cleanup.h"
+#include "common/error.h"
 #include "common/fdutil.h"
 #include "common/log.h"
 
@@ -180,7 +181,7 @@ int cmd_gateway(int argc, char **argv)
 		audit_fd = open_append(audit, false);
 		if (audit_fd < 0) {
 			gw_config_free(cfg);
-			return cli_fail("cannot open %s: %s", audit, strerror(-audit_fd));
+			return cli_fail("cannot open %s: %s", audit, al_strerror(audit_fd));
 		}
 	}
 	r = gw_serve_standalone(cfg, listen, ca_out, audit_fd, &err);

@@ -14,6 +14,7 @@
 
 #include "cli/cli.h"
 #include "common/cleanup.h"
+#include "common/error.h"
 #include "common/fdutil.h"
 #include "common/log.h"
 #include "common/parse.h"
@@ -465,14 +466,14 @@ static int do_audit(int argc, char **argv)
 	if (dfd < 0) {
 		if (errno == ENOENT)
 			return cli_fail("no sandbox %s", id);
-		return cli_fail("cannot open sandbox %s: %s", id, strerror(errno));
+		return cli_fail("cannot open sandbox %s: %s", id, al_strerror(errno));
 	}
 	_cleanup_close_ int fd = openat(dfd, "audit.jsonl",
 					O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		if (errno == ENOENT)
 			return 0; /* nothing audited yet */
-		return cli_fail("cannot open the audit log of sandbox %s: %s", id, strerror(errno));
+		return cli_fail("cannot open the audit log of sandbox %s: %s", id, al_strerror(errno));
 	}
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
@@ -483,12 +484,12 @@ static int do_audit(int argc, char **argv)
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0)
-			return cli_fail("cannot read the audit log of sandbox %s: %s", id, strerror(errno));
+			return cli_fail("cannot read the audit log of sandbox %s: %s", id, al_strerror(errno));
 		if (k == 0)
 			break;
 		int w = write_full(1, buf, (size_t)k);
 		if (w < 0)
-			return cli_fail("cannot write the audit log: %s", strerror(-w));
+			return cli_fail("cannot write the audit log: %s", al_strerror(w));
 	}
 	return 0;
 }
@@ -512,7 +513,7 @@ static int do_policy(int argc, char **argv)
 	size_t len = 0;
 	int r = read_file_bounded(AT_FDCWD, argv[2], 1024 * 1024, &text, &len);
 	if (r < 0)
-		return cli_fail("%s: %s", argv[2], r == -EFBIG ? "larger than 1 MiB" : strerror(-r));
+		return cli_fail("%s: %s", argv[2], r == -EFBIG ? "larger than 1 MiB" : al_strerror(r));
 	struct al_error err = { 0 };
 	uint64_t gen = 0;
 	r = gw_set_policy(sock, text, len, &gen, &err);

@@ -28,7 +28,7 @@ static int vset(struct al_error *err, int code, bool with_errno, const char *fmt
 		err->msg[0] = '\0';
 	else if (with_errno && (size_t)n < sizeof(err->msg))
 		snprintf(err->msg + n, sizeof(err->msg) - (size_t)n, ": %s",
-			 strerror(-code));
+			 al_strerror(code));
 	return code;
 }
 
@@ -64,5 +64,13 @@ const char *al_error_message(const struct al_error *err)
 		return "unknown error";
 	if (err->msg[0])
 		return err->msg;
-	return strerror(err->code < 0 ? -err->code : EIO);
+	return al_strerror(err->code ? err->code : EIO);
+}
+
+const char *al_strerror(int errnum)
+{
+	if (errnum < 0)
+		errnum = -errnum;
+	const char *d = strerrordesc_np(errnum);
+	return d ? d : "unknown error";
 }

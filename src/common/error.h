@@ -23,11 +23,18 @@ struct al_error {
 int al_error_set(struct al_error *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* Like al_error_set, with ": strerror(code)" appended. */
+/* Like al_error_set, with ": " and the errno's description appended. */
 int al_error_set_errno(struct al_error *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 void al_error_clear(struct al_error *err);
 
-/* The message, or strerror(code) when none was recorded. */
+/* The message, or the errno's description when none was recorded. */
 const char *al_error_message(const struct al_error *err);
+
+/*
+ * The description of an errno value (either sign): a constant string,
+ * never translated and safe after fork() in a threaded process, unlike
+ * strerror, which may allocate and depends on the locale.
+ */
+const char *al_strerror(int errnum);

@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "error.h"
+
 /* Process-wide logging configuration: set once at start-up. */
 static const char *log_program = "airlock";
 static enum log_level log_level = LOG_LEVEL_INFO;
@@ -125,7 +127,7 @@ int log_emitv(enum log_level level, int err, const char *fmt, va_list ap)
 	if (n < 0)
 		msg[0] = '\0';
 	if (err != 0 && n >= 0 && (size_t)n < sizeof(msg))
-		snprintf(msg + n, sizeof(msg) - (size_t)n, ": %s", strerror(-ret));
+		snprintf(msg + n, sizeof(msg) - (size_t)n, ": %s", al_strerror(ret));
 
 	char line[LOG_LINE_MAX + 256];
 	size_t len;

@@ -54,6 +54,39 @@ int parse_u64(const char *s, uint64_t *ret)
 	return digits_to_u64(digits, ret);
 }
 
+int parse_u64_prefix(const char *s, uint64_t *ret, const char **ret_end)
+{
+	struct sv digits;
+	const char *rest;
+	int r = split_digits(s, &digits, &rest);
+	if (r < 0)
+		return r;
+	uint64_t v;
+	r = digits_to_u64(digits, &v);
+	if (r < 0)
+		return r;
+	*ret = v;
+	*ret_end = rest;
+	return 0;
+}
+
+int parse_i64_prefix(const char *s, int64_t *ret, const char **ret_end)
+{
+	if (!s)
+		return -EINVAL;
+	bool neg = s[0] == '-';
+	uint64_t v;
+	const char *end;
+	int r = parse_u64_prefix(neg ? s + 1 : s, &v, &end);
+	if (r < 0)
+		return r;
+	if (v > (uint64_t)INT64_MAX + (neg ? 1 : 0))
+		return -ERANGE;
+	*ret = neg ? (v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v) : (int64_t)v;
+	*ret_end = end;
+	return 0;
+}
+
 int parse_int_range(const char *s, int min, int max, int *ret)
 {
 	if (!s || min > max)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * Strict number parsing for command-line flags and configuration. Unlike
- * strtoul() and friends these accept no leading whitespace, no sign where
+ * strtoul and friends these accept no leading whitespace, no sign where
  * none makes sense, no base prefixes and no trailing junk, and they do not
  * depend on the locale. Errors: -EINVAL for anything that is not a number
  * of the expected form (including NULL and ""), -ERANGE for a well-formed
@@ -13,6 +13,15 @@
 
 /* Decimal digits only: "0", "42", "007". */
 int parse_u64(const char *s, uint64_t *ret);
+
+/*
+ * For numbers inside a larger text (a /proc file, a record): the decimal
+ * digits at the start of s (at least one; an optional '-' first for the
+ * signed form), with *ret_end set just past them. The caller checks what
+ * follows.
+ */
+int parse_u64_prefix(const char *s, uint64_t *ret, const char **ret_end);
+int parse_i64_prefix(const char *s, int64_t *ret, const char **ret_end);
 
 /* An optional '-' and decimal digits, within [min, max]. */
 int parse_int_range(const char *s, int min, int max, int *ret);

@@ -17,6 +17,7 @@
 
 #include "common/cleanup.h"
 #include "common/fdutil.h"
+#include "common/parse.h"
 
 struct check {
 	const char *name;
@@ -60,13 +61,16 @@ int sbx_doctor(int out_fd)
 
 	_cleanup_free_ char *max_userns = NULL;
 	size_t len;
-	bool userns = read_file_bounded(AT_FDCWD, "/proc/sys/user/max_user_namespaces", 64,
-					&max_userns, &len) == 0 &&
-		      strtol(max_userns, NULL, 10) > 0;
+	uint64_t userns_max = 0;
+	if (read_file_bounded(AT_FDCWD, "/proc/sys/user/max_user_namespaces", 64, &max_userns,
+			      &len) == 0) {
+		max_userns[strcspn(max_userns, "\n")] = '\0';
+		if (parse_u64(max_userns, &userns_max) < 0)
+			userns_max = 0;
+	}
+	bool userns = userns_max > 0;
 	c[n] = (struct check){ .name = "user namespaces", .ok = userns,
 			       .advice = "sysctl -w user.max_user_namespaces=15000" };
-	if (max_userns)
-		max_userns[strcspn(max_userns, "\n")] = '\0';
 	snprintf(c[n].detail, sizeof(c[n].detail), "max_user_namespaces=%s",
 		 max_userns ? max_userns : "?");
 	n++;

@@ -37,6 +37,7 @@
 #include "common/buf.h"
 #include "common/cleanup.h"
 #include "common/fdutil.h"
+#include "common/parse.h"
 
 #define ETC_VERIFY_MS 10000
 #define ETC_MAX_ENTRIES 50000
@@ -367,12 +368,11 @@ static bool dirs_unchanged(const char *dirs)
 		const char *nl = strchr(line, '\n');
 		if (!nl)
 			return false;
-		char *end;
-		long long mt = strtoll(line, &end, 10);
-		if (*end != ' ')
-			return false;
-		unsigned long long ino = strtoull(end + 1, &end, 10);
-		if (*end != ' ')
+		const char *end;
+		int64_t mt;
+		uint64_t ino;
+		if (parse_i64_prefix(line, &mt, &end) < 0 || *end != ' ' ||
+		    parse_u64_prefix(end + 1, &ino, &end) < 0 || *end != ' ')
 			return false;
 		char path[SBX_PATH_MAX];
 		size_t plen = (size_t)(nl - (end + 1));

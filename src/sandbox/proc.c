@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <grp.h>
 #include <inttypes.h>
 #include <linux/capability.h>
@@ -34,7 +35,9 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/error.h"
 #include "common/fdutil.h"
+#include "common/parse.h"
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -243,13 +246,12 @@ int sbx_argarea_get(struct sbx_argarea *ret)
 	for (int field = 3; field <= 51; field++) {
 		while (*p == ' ')
 			p++;
-		char *end;
-		errno = 0;
-		unsigned long x = strtoul(p, &end, 10);
 		if (field >= 48) {
-			if (end == p || errno)
+			uint64_t x;
+			const char *end;
+			if (parse_u64_prefix(p, &x, &end) < 0 || x > ULONG_MAX)
 				return -EBADMSG;
-			v[field - 48] = x;
+			v[field - 48] = (unsigned long)x;
 		}
 		p = strchr(p, ' ');
 		if (!p && field < 51)
@@ -396,20 +398,20 @@ static void __attribute__((noreturn)) exec_command(const struct sbx_command *c)
 		setrlimit(RLIMIT_NPROC, &np);
 	}
 	if (chdir(c->cwd) < 0) {
-		dprintf(2, "airlock: cannot change to directory %s: %s\n", c->cwd, strerror(errno));
+		dprintf(2, "airlock: cannot change to directory %s: %s\n", c->cwd, al_strerror(errno));
 		_exit(125);
 	}
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		_exit(125);
 	int r = sbx_seccomp_install(c->filter);
 	if (r < 0) {
-		dprintf(2, "airlock: cannot load the seccomp filter: %s\n", strerror(-r));
+		dprintf(2, "airlock: cannot load the seccomp filter: %s\n", al_strerror(r));
 		_exit(125);
 	}
 	environ = c->envp;
 	execvp(c->argv[0], c->argv);
 	int e = errno;
-	dprintf(2, "airlock: cannot run %s: %s\n", c->argv[0], strerror(e));
+	dprintf(2, "airlock: cannot run %s: %s\n", c->argv[0], al_strerror(e));
 	_exit(e == ENOENT ? 127 : 126);
 }
 

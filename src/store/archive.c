@@ -17,6 +17,7 @@
 #include <archive_entry.h>
 
 #include "common/cleanup.h"
+#include "common/error.h"
 #include "common/fdutil.h"
 #include "store/archive.h"
 #include "store/chunker.h"
@@ -260,7 +261,7 @@ static la_ssize_t out_write(struct archive *a, void *ud, const void *data, size_
 		return (la_ssize_t)len;
 	int r = write_full(o->fd, data, len);
 	if (r < 0) {
-		archive_set_error(a, -r, "%s", strerror(-r));
+		archive_set_error(a, -r, "%s", al_strerror(r));
 		return -1;
 	}
 	return (la_ssize_t)len;

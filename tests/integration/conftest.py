@@ -139,7 +139,9 @@ def probe(tmp_path_factory):
     """The syscall probe, compiled once; copied into workspaces by tests."""
     out = tmp_path_factory.mktemp("probe") / "probe"
     src = REPO / "tests" / "integration" / "helpers" / "probe.c"
-    subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-o", str(out), str(src)], check=True)
+    common = REPO / "src" / "common"
+    subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-D_GNU_SOURCE", f"-I{REPO / 'src'}", "-o", str(out),
+                    str(src), str(common / "parse.c")], check=True)
     return out
 
 

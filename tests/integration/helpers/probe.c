@@ -5,7 +5,9 @@
  * must refuse and prints one line per attempt: "name syscall result errno".
  * Every call uses arguments that are harmless should the filter be missing.
  */
+#ifndef _GNU_SOURCE /* also given on the command line, for src/common */
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
@@ -28,6 +30,8 @@
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "common/parse.h"
 
 #ifndef AF_VSOCK
 #define AF_VSOCK 40
@@ -94,14 +98,23 @@ static int open_file(const char *name)
  * with root's powers (a control run belongs in a user namespace). */
 static bool initial_root(void)
 {
+	/* "         0          0 4294967295": the identity map of everything. */
 	FILE *f = fopen("/proc/self/uid_map", "r");
-	unsigned a = 1, b = 1, c = 0;
+	char line[128] = "";
 	if (f) {
-		if (fscanf(f, "%u %u %u", &a, &b, &c) != 3)
-			c = 0;
+		if (!fgets(line, sizeof(line), f))
+			line[0] = '\0';
 		fclose(f);
 	}
-	return geteuid() == 0 && a == 0 && b == 0 && c == 4294967295u;
+	uint64_t v[3] = { 1, 1, 0 };
+	const char *p = line;
+	for (int i = 0; i < 3; i++) {
+		while (*p == ' ')
+			p++;
+		if (parse_u64_prefix(p, &v[i], &p) < 0)
+			return false;
+	}
+	return geteuid() == 0 && v[0] == 0 && v[1] == 0 && v[2] == 4294967295u;
 }
 
 static int syscalls(void)
@@ -248,7 +261,10 @@ static int x32(void)
 static int do_connect(const char *port)
 {
 	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)strtol(port, NULL, 10)) };
+	int portno = 0;
+	if (parse_int_range(port, 1, 65535, &portno) < 0)
+		portno = 0;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)portno) };
 	a.sin_addr.s_addr = htonl(0x7f000001);
 	int r = connect(s, (struct sockaddr *)&a, sizeof(a));
 	report("connect", "connect", r, errno);

@@ -64,6 +64,51 @@ static void test_u64(void **state)
 	assert_true(v == SENTINEL);
 }
 
+static void test_prefix(void **state)
+{
+	static const struct {
+		const char *in;
+		int r;
+		int64_t v;
+		size_t used;
+	} cases[] = {
+		{ "42 rest", 0, 42, 2 },
+		{ "0", 0, 0, 1 },
+		{ "-17x", 0, -17, 3 },
+		{ "9223372036854775807)", 0, INT64_MAX, 19 },
+		{ "-9223372036854775808", 0, INT64_MIN, 20 },
+		{ "9223372036854775808", -ERANGE, 0, 0 },
+		{ "-9223372036854775809", -ERANGE, 0, 0 },
+		{ "", -EINVAL, 0, 0 },
+		{ "-", -EINVAL, 0, 0 },
+		{ " 1", -EINVAL, 0, 0 },
+		{ "+1", -EINVAL, 0, 0 },
+		{ "x1", -EINVAL, 0, 0 },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int64_t v = 12345;
+		const char *end = NULL;
+		int r = parse_i64_prefix(cases[i].in, &v, &end);
+		if (r != cases[i].r)
+			fail_msg("\"%s\": returned %d, expected %d", cases[i].in, r, cases[i].r);
+		if (r == 0) {
+			assert_true(v == cases[i].v);
+			assert_ptr_equal(end, cases[i].in + cases[i].used);
+		} else {
+			assert_true(v == 12345); /* written only on success */
+			assert_null(end);
+		}
+	}
+	uint64_t u = 0;
+	const char *end = NULL;
+	assert_int_equal(parse_u64_prefix("18446744073709551615 1", &u, &end), 0);
+	assert_true(u == UINT64_MAX);
+	assert_string_equal(end, " 1");
+	assert_int_equal(parse_u64_prefix("18446744073709551616", &u, &end), -ERANGE);
+	assert_int_equal(parse_u64_prefix("-1", &u, &end), -EINVAL);
+	assert_int_equal(parse_u64_prefix(NULL, &u, &end), -EINVAL);
+}
+
 static void test_size(void **state)
 {
 	static const struct u64_case cases[] = {
@@ -213,7 +258,8 @@ static void test_double_ignores_locale(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_u64),	 cmocka_unit_test(test_size),
+		cmocka_unit_test(test_u64),	 cmocka_unit_test(test_prefix),
+		cmocka_unit_test(test_size),
 		cmocka_unit_test(test_duration), cmocka_unit_test(test_int_range),
 		cmocka_unit_test(test_double),	 cmocka_unit_test(test_double_ignores_locale),
 	};

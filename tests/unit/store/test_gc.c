@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/error.h"
 #include "store/cas.h"
 #include "store/checkpoint.h"
 #include "store/gc.h"
@@ -113,7 +114,7 @@ static void write_file(const char *path, const void *data, size_t len)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0)
-		fail_msg("create %s: %s", path, strerror(errno));
+		fail_msg("create %s: %s", path, al_strerror(errno));
 	assert_int_equal(write(fd, data, len), (ssize_t)len);
 	assert_int_equal(fchmod(fd, 0644), 0);
 	assert_int_equal(close(fd), 0);
@@ -148,7 +149,7 @@ static void make_dir(const char *dir, const char *name, char out[PATH_LEN])
 	else
 		snprintf(out, PATH_LEN, "%s", dir);
 	if (mkdir(out, 0755) < 0)
-		fail_msg("mkdir %s: %s", out, strerror(errno));
+		fail_msg("mkdir %s: %s", out, al_strerror(errno));
 	assert_int_equal(chmod(out, 0755), 0);
 }
 
@@ -255,7 +256,7 @@ static uint64_t obj_size(const char *what, const char *name)
 	obj_path(what, name, path);
 	struct stat st;
 	if (stat(path, &st) < 0)
-		fail_msg("stat %s: %s", path, strerror(errno));
+		fail_msg("stat %s: %s", path, al_strerror(errno));
 	return (uint64_t)st.st_size;
 }
 
@@ -412,7 +413,7 @@ static size_t count_dir(const char *dir)
 {
 	DIR *d = opendir(dir);
 	if (!d)
-		fail_msg("opendir %s: %s", dir, strerror(errno));
+		fail_msg("opendir %s: %s", dir, al_strerror(errno));
 	size_t n = 0;
 	struct dirent *de;
 	while ((de = readdir(d)))
@@ -426,7 +427,7 @@ static void assert_same_tree(const char *want, const char *got)
 {
 	DIR *d = opendir(want);
 	if (!d)
-		fail_msg("opendir %s: %s", want, strerror(errno));
+		fail_msg("opendir %s: %s", want, al_strerror(errno));
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
@@ -1182,7 +1183,7 @@ static void make_whiteout(const char *dir, const char *name)
 	char path[PATH_LEN];
 	join(path, dir, name);
 	if (mknod(path, S_IFCHR | 0600, makedev(0, 0)) < 0)
-		fail_msg("mknod %s: %s", path, strerror(errno));
+		fail_msg("mknod %s: %s", path, al_strerror(errno));
 }
 
 /*

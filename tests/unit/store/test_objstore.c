@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <ftw.h>
 #include <linux/openat2.h>
 #include <seccomp.h>
@@ -21,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/parse.h"
 #include "store/objstore.h"
 
 static char tmpdir[64];
@@ -85,8 +87,10 @@ static int count_temp(const char *dir)
 	assert_non_null(f);
 	int n = -1;
 	char line[32];
-	if (fgets(line, sizeof(line), f))
-		n = (int)strtol(line, NULL, 10);
+	if (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		assert_int_equal(parse_int_range(line, 0, INT_MAX, &n), 0);
+	}
 	pclose(f);
 	return n;
 }

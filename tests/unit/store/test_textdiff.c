@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/parse.h"
 #include "store/textdiff.h"
 
 #define OUT_MAX (64u << 20)
@@ -112,15 +113,16 @@ static void check_hunk_counts(const char *d, size_t n)
 	}
 	while (p < end) {
 		assert_true(p[0] == '@');
-		char *e;
-		unsigned long al = 1, bl = 1;
-		strtoul(p + 4, &e, 10);
+		/* "@@ -a[,al] +b[,bl] @@" */
+		const char *e;
+		uint64_t start, al = 1, bl = 1;
+		assert_int_equal(parse_u64_prefix(p + 4, &start, &e), 0);
 		if (*e == ',')
-			al = strtoul(e + 1, &e, 10);
+			assert_int_equal(parse_u64_prefix(e + 1, &al, &e), 0);
 		assert_true(e[0] == ' ' && e[1] == '+');
-		strtoul(e + 2, &e, 10);
+		assert_int_equal(parse_u64_prefix(e + 2, &start, &e), 0);
 		if (*e == ',')
-			bl = strtoul(e + 1, &e, 10);
+			assert_int_equal(parse_u64_prefix(e + 1, &bl, &e), 0);
 		p = (const char *)memchr(p, '\n', (size_t)(end - p)) + 1;
 		while (p < end && (al || bl || p[0] == '\\')) {
 			if (p[0] == ' ') {
