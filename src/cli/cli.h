@@ -75,6 +75,21 @@ void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *lab
 /* Prints "airlock: MESSAGE" (through the log) and returns EXIT_AIRLOCK_ERROR. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* What every airlock program does first: valid descriptors 0 to 2, the log
+ * (AIRLOCK_LOG_LEVEL, AIRLOCK_LOG_FORMAT), SIGPIPE ignored; 0 or an exit
+ * status. */
+int cli_init(void);
+
+/*
+ * Runs command argv[0] (argv: the command and its arguments, as main got
+ * them after the program's name) in airlock's helper program name
+ * (common/libexec.h) in place of this process; returns only on failure,
+ * with an exit status after a message.
+ */
+int cli_exec_helper(const char *name, int argc, char **argv);
+
+/* The commands: sandbox and doctor in airlock itself, gateway in
+ * airlock-gateway, checkpoint in airlock-checkpoint. */
 int cmd_sandbox(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_gateway(int argc, char **argv);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* `airlock gateway`, and the gateway options `sandbox run|create` share. */
+/* `airlock gateway` (in the gateway's program, airlock-gateway). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/fdutil.h"
 #include "common/log.h"
+#include "control/settings.h"
 
 enum {
 	OPT_LISTEN = 256,
@@ -45,71 +46,6 @@ static void gateway_usage(FILE *f)
 	      f);
 	cli_print_optdefs(f, gateway_optdefs);
 	cli_print_optdefs(f, cli_gw_optdefs);
-}
-
-static int list_add(char **list, size_t *n, const char *opt, char *arg)
-{
-	if (!*arg)
-		return cli_fail("%s wants a value", opt);
-	if (*n >= CLI_GW_MAX_LIST)
-		return cli_fail("too many %s options (at most %d)", opt, CLI_GW_MAX_LIST);
-	list[(*n)++] = arg;
-	return 0;
-}
-
-int cli_gw_option(struct cli_gw_opts *g, int opt, char *arg)
-{
-	g->any = true;
-	switch (opt) {
-	case OPT_GW_ALLOW:
-		return list_add(g->allow, &g->n_allow, "--allow", arg);
-	case OPT_GW_GRANT:
-		if (!(strncmp(arg, "github:", 7) == 0 && arg[7]) &&
-		    !(strncmp(arg, "github-admin:", 13) == 0 && arg[13]))
-			return cli_fail("--grant wants github:OWNER/REPO (or github-admin:OWNER/REPO), "
-					"not '%s'", arg);
-		return list_add(g->grants, &g->n_grants, "--grant", arg);
-	case OPT_GW_UPSTREAM:
-		if (!strchr(arg, '='))
-			return cli_fail("--upstream wants HOST:PORT=ADDR:PORT, not '%s'", arg);
-		return list_add(g->upstreams, &g->n_upstreams, "--upstream", arg);
-	case OPT_GW_UPSTREAM_CA:
-		return list_add(g->upstream_cas, &g->n_upstream_cas, "--upstream-ca", arg);
-	case OPT_GW_POLICY:
-		if (!*arg)
-			return cli_fail("--policy wants a file");
-		if (g->policy)
-			return cli_fail("--policy may be given once");
-		g->policy = arg;
-		return 0;
-	case OPT_GW_VAULT:
-		if (!*arg)
-			return cli_fail("--vault wants a file");
-		if (g->vault)
-			return cli_fail("--vault may be given once");
-		g->vault = arg;
-		return 0;
-	}
-	return cli_fail("unknown gateway option");
-}
-
-void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *label,
-		 struct gw_options *ret)
-{
-	*ret = (struct gw_options){
-		.mode = mode,
-		.label = label,
-		.policy_file = g->policy,
-		.allow = g->allow,
-		.n_allow = g->n_allow,
-		.grants = g->grants,
-		.n_grants = g->n_grants,
-		.upstreams = g->upstreams,
-		.n_upstreams = g->n_upstreams,
-		.upstream_cas = g->upstream_cas,
-		.n_upstream_cas = g->n_upstream_cas,
-		.vault_file = g->vault,
-	};
 }
 
 int cmd_gateway(int argc, char **argv)
@@ -172,6 +108,11 @@ int cmd_gateway(int argc, char **argv)
 	cli_gw_fill(&g, mode, "standalone", &gopts);
 	gopts.many_clients = true;
 	struct al_error err = { 0 };
+	/* Not one of the sandboxes' uids, as for a sandbox's gateway. */
+	struct sbx_settings set;
+	uint32_t uid;
+	if (ctl_settings_from_env(&set, &uid, &err) < 0)
+		return cli_fail("%s", al_error_message(&err));
 	struct gw_config *cfg = NULL;
 	r = gw_config_build(&gopts, &cfg, &err);
 	if (r < 0)
@@ -184,7 +125,7 @@ int cmd_gateway(int argc, char **argv)
 			return cli_fail("cannot open %s: %s", audit, al_strerror(audit_fd));
 		}
 	}
-	r = gw_serve_standalone(cfg, listen, ca_out, audit_fd, &err);
+	r = gw_serve_standalone(cfg, listen, ca_out, audit_fd, uid, &err);
 	gw_config_free(cfg);
 	if (r < 0)
 		r = cli_fail("%s", al_error_message(&err));

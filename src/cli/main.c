@@ -1,20 +1,35 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-#include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
+/*
+ * `airlock`: the sandbox commands run here, with libc and libseccomp
+ * alone; `gateway` and `checkpoint` run in their own programs
+ * (airlock-gateway, airlock-checkpoint: cli_exec_helper), which link the
+ * gateway's and the store's libraries. A sandbox with a network starts
+ * airlock-gateway as its gateway process (gateway/gateway.h).
+ */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/cleanup.h"
 #include "common/log.h"
+#include "gateway/gateway.h"
+
+#define CHECKPOINT_HELPER "airlock-checkpoint"
 
 static int cmd_version(int argc, char **argv)
 {
 	printf("airlock %s\n", AIRLOCK_VERSION);
 	return 0;
+}
+
+static int run_gateway(int argc, char **argv)
+{
+	return cli_exec_helper(GW_HELPER, argc, argv);
+}
+
+static int run_checkpoint(int argc, char **argv)
+{
+	return cli_exec_helper(CHECKPOINT_HELPER, argc, argv);
 }
 
 static int cmd_help(int argc, char **argv);
@@ -28,9 +43,9 @@ static const struct {
 } commands[] = {
 	{ "sandbox", cmd_sandbox, "run|create|exec|list|destroy|audit|policy|gc",
 	  "Linux sandboxes, with their egress gateway" },
-	{ "gateway", cmd_gateway, "--listen ADDR:PORT [OPTIONS]",
+	{ "gateway", run_gateway, "--listen ADDR:PORT [OPTIONS]",
 	  "the egress gateway alone, as an HTTP proxy" },
-	{ "checkpoint", cmd_checkpoint, "create|restore|diff|ls|latest|export|import|gc",
+	{ "checkpoint", run_checkpoint, "create|restore|diff|ls|latest|export|import|gc",
 	  "workspace checkpoints" },
 	{ "doctor", cmd_doctor, "", "kernel features present or missing" },
 	{ "version", cmd_version, "", "print the version" },
@@ -47,8 +62,9 @@ static void usage(FILE *f)
 			commands[i].help);
 	}
 	fputs("\nenvironment: AIRLOCK_STATE_DIR, AIRLOCK_CGROUP_PARENT, AIRLOCK_UID_BASE,\n"
-	      "             AIRLOCK_STORE_DIR, AIRLOCK_CHECKPOINT_KEY, AIRLOCK_STORE_THREADS,\n"
-	      "             AIRLOCK_LOG_LEVEL (error|warning|info|debug), AIRLOCK_LOG_FORMAT (human|json)\n",
+	      "             AIRLOCK_GATEWAY_UID, AIRLOCK_STORE_DIR, AIRLOCK_CHECKPOINT_KEY,\n"
+	      "             AIRLOCK_STORE_THREADS, AIRLOCK_LOG_LEVEL (error|warning|info|debug),\n"
+	      "             AIRLOCK_LOG_FORMAT (human|json)\n",
 	      f);
 }
 
@@ -58,35 +74,11 @@ static int cmd_help(int argc, char **argv)
 	return 0;
 }
 
-/* A closed 0, 1 or 2 would be reused by the next open() and then
- * clobbered by whoever writes to "stdout": make them valid first. */
-static int ensure_std_fds(void)
-{
-	for (int fd = 0; fd < 3; fd++) {
-		if (fcntl(fd, F_GETFD) >= 0)
-			continue;
-		int n = open("/dev/null", O_RDWR);
-		if (n < 0)
-			return -errno;
-		if (n != fd)
-			return -EBADF;
-	}
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
-	if (ensure_std_fds() < 0)
-		return EXIT_AIRLOCK_ERROR;
-	enum log_level level = LOG_LEVEL_INFO;
-	const char *lv = getenv("AIRLOCK_LOG_LEVEL");
-	if (lv && log_level_from_string(lv, &level) < 0)
-		level = LOG_LEVEL_INFO;
-	const char *lf = getenv("AIRLOCK_LOG_FORMAT");
-	log_setup("airlock", level, lf && strcmp(lf, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_HUMAN);
-	/* Writes to a closed pipe are errors to handle, not deaths. */
-	signal(SIGPIPE, SIG_IGN);
-
+	int r = cli_init();
+	if (r)
+		return r;
 	if (argc < 2) {
 		usage(stderr);
 		return EXIT_AIRLOCK_ERROR;

@@ -70,3 +70,70 @@ int cli_bad_option(char **argv, const struct option *longopts, const char *cmd)
 	}
 	return cli_fail("unknown option %s (see `airlock %s --help`)", arg, cmd);
 }
+
+/* ---- the gateway's options, shared by `sandbox run|create` and `gateway` ---- */
+
+static int list_add(char **list, size_t *n, const char *opt, char *arg)
+{
+	if (!*arg)
+		return cli_fail("%s wants a value", opt);
+	if (*n >= CLI_GW_MAX_LIST)
+		return cli_fail("too many %s options (at most %d)", opt, CLI_GW_MAX_LIST);
+	list[(*n)++] = arg;
+	return 0;
+}
+
+int cli_gw_option(struct cli_gw_opts *g, int opt, char *arg)
+{
+	g->any = true;
+	switch (opt) {
+	case OPT_GW_ALLOW:
+		return list_add(g->allow, &g->n_allow, "--allow", arg);
+	case OPT_GW_GRANT:
+		if (!(strncmp(arg, "github:", 7) == 0 && arg[7]) &&
+		    !(strncmp(arg, "github-admin:", 13) == 0 && arg[13]))
+			return cli_fail("--grant wants github:OWNER/REPO (or github-admin:OWNER/REPO), "
+					"not '%s'", arg);
+		return list_add(g->grants, &g->n_grants, "--grant", arg);
+	case OPT_GW_UPSTREAM:
+		if (!strchr(arg, '='))
+			return cli_fail("--upstream wants HOST:PORT=ADDR:PORT, not '%s'", arg);
+		return list_add(g->upstreams, &g->n_upstreams, "--upstream", arg);
+	case OPT_GW_UPSTREAM_CA:
+		return list_add(g->upstream_cas, &g->n_upstream_cas, "--upstream-ca", arg);
+	case OPT_GW_POLICY:
+		if (!*arg)
+			return cli_fail("--policy wants a file");
+		if (g->policy)
+			return cli_fail("--policy may be given once");
+		g->policy = arg;
+		return 0;
+	case OPT_GW_VAULT:
+		if (!*arg)
+			return cli_fail("--vault wants a file");
+		if (g->vault)
+			return cli_fail("--vault may be given once");
+		g->vault = arg;
+		return 0;
+	}
+	return cli_fail("unknown gateway option");
+}
+
+void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *label,
+		 struct gw_options *ret)
+{
+	*ret = (struct gw_options){
+		.mode = mode,
+		.label = label,
+		.policy_file = g->policy,
+		.allow = g->allow,
+		.n_allow = g->n_allow,
+		.grants = g->grants,
+		.n_grants = g->n_grants,
+		.upstreams = g->upstreams,
+		.n_upstreams = g->n_upstreams,
+		.upstream_cas = g->upstream_cas,
+		.n_upstream_cas = g->n_upstream_cas,
+		.vault_file = g->vault,
+	};
+}

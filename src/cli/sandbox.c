@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/parse.h"
 #include "control/net.h"
+#include "control/settings.h"
 #include "sandbox/sandbox.h"
 
 #define DEFAULT_MEMORY ((uint64_t)4 << 30)
@@ -249,6 +250,17 @@ static int settings(struct sbx_settings *set)
 	return 0;
 }
 
+/* For a new sandbox: the settings, and the gateway's uid outside the
+ * sandboxes' ranges (a sandbox without a network is refused too: the
+ * settings are wrong for every sandbox, and some have gateways). */
+static int start_settings(struct sbx_settings *set, uint32_t *gw_uid)
+{
+	struct al_error err = { 0 };
+	if (ctl_settings_from_env(set, gw_uid, &err) < 0)
+		return cli_fail("%s", al_error_message(&err));
+	return 0;
+}
+
 /* Every process the memory limit killed is reported, with what became of
  * the command: a command whose child died that way may exit on its own. */
 static void report_oom_kills(const struct sbx_result *res)
@@ -305,12 +317,13 @@ static char **command_argv(int argc, char **argv, int optind_, int skip)
 
 /* Starts the gateway of a sandbox with a network; 0, or an exit status
  * after a message. */
-static int net_setup(struct options *o, const char *audit, bool detach, struct ctl_net *n,
-		     struct al_error *err)
+static int net_setup(struct options *o, const struct sbx_settings *set, uint32_t gw_uid,
+		     const char *audit, bool detach, struct ctl_net *n, struct al_error *err)
 {
 	struct gw_options gopts;
 	cli_gw_fill(&o->gw, GW_MODE_RESTRICTED, "sandbox", &gopts);
-	struct ctl_net_opts no = { .gw = &gopts, .audit_file = audit, .detach = detach,
+	struct ctl_net_opts no = { .gw = &gopts, .set = set, .gw_uid = gw_uid,
+				   .audit_file = audit, .detach = detach,
 				   .log_fd = detach ? -1 : 2 };
 	if (ctl_net_setup(n, &no, &o->spec, err) < 0)
 		return cli_fail("%s", al_error_message(err));
@@ -328,13 +341,14 @@ static int do_run(int argc, char **argv)
 	if (!cmd)
 		return cli_fail("sandbox run needs a command after --");
 	struct sbx_settings set;
-	if (settings(&set))
+	uint32_t gw_uid;
+	if (start_settings(&set, &gw_uid))
 		return EXIT_AIRLOCK_ERROR;
 	struct sbx_result res;
 	struct al_error err = { 0 };
 	struct ctl_net n;
 	ctl_net_init(&n);
-	r = net_setup(&o, o.audit, false, &n, &err);
+	r = net_setup(&o, &set, gw_uid, o.audit, false, &n, &err);
 	if (r) {
 		ctl_net_done(&n, false);
 		return r;
@@ -356,13 +370,14 @@ static int do_create(int argc, char **argv)
 	if (oi < argc)
 		return cli_fail("sandbox create takes no command (use `sandbox exec`)");
 	struct sbx_settings set;
-	if (settings(&set))
+	uint32_t gw_uid;
+	if (start_settings(&set, &gw_uid))
 		return EXIT_AIRLOCK_ERROR;
 	char id[SBX_ID_LEN + 1];
 	struct al_error err = { 0 };
 	struct ctl_net n;
 	ctl_net_init(&n);
-	r = net_setup(&o, NULL, true, &n, &err);
+	r = net_setup(&o, &set, gw_uid, NULL, true, &n, &err);
 	if (r) {
 		ctl_net_done(&n, false);
 		return r;

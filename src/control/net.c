@@ -66,45 +66,41 @@ int ctl_net_setup(struct ctl_net *n, const struct ctl_net_opts *o, struct sbx_sp
 	struct gw_options gopts = *o->gw;
 	gopts.mode = spec->network == SBX_NETWORK_OPEN ? GW_MODE_OPEN : GW_MODE_RESTRICTED;
 	gopts.label = "sandbox";
-	int r = gw_config_build(&gopts, &n->cfg, err);
-	if (r < 0)
-		return r;
-	r = gw_sandbox_env(n->cfg, SBX_TRUST_BUNDLE, SBX_CA_FILE, &n->gw_env, &n->n_gw_env);
-	if (r < 0)
-		return al_error_set_errno(err, r, "cannot make the sandbox's environment");
-	/* The gateway's variables are not the caller's to change silently. */
-	for (size_t i = 0; i < spec->n_env; i++) {
-		size_t len = env_name_len(spec->env[i]);
-		for (size_t j = 0; j < n->n_gw_env; j++)
-			if (env_name_len(n->gw_env[j]) == len &&
-			    strncmp(spec->env[i], n->gw_env[j], len) == 0)
-				return al_error_set(err, -EINVAL,
-						    "--env %.*s: the gateway sets this variable in a "
-						    "sandbox with a network",
-						    (int)len, spec->env[i]);
-	}
-	if (spec->n_env + n->n_gw_env > SBX_MAX_ENV)
-		return al_error_set(err, -E2BIG,
-				    "too many --env options with the gateway's variables (at most %d)",
-				    SBX_MAX_ENV);
-	n->env = calloc(spec->n_env + n->n_gw_env + 1, sizeof(*n->env));
-	if (!n->env)
-		return al_error_set(err, -ENOMEM, "out of memory");
-	for (size_t i = 0; i < spec->n_env; i++)
-		n->env[i] = spec->env[i];
-	for (size_t j = 0; j < n->n_gw_env; j++)
-		n->env[spec->n_env + j] = n->gw_env[j];
 	if (o->audit_file) {
 		n->audit_fd = open_append(o->audit_file, false);
 		if (n->audit_fd < 0)
 			return al_error_set_errno(err, n->audit_fd, "cannot open %s", o->audit_file);
 	}
-	struct gw_start_opts so = { .detach = o->detach, .log_fd = o->log_fd, .uid = 0 };
-	r = gw_start(n->cfg, &so, &n->gp, err);
+	struct gw_start_opts so = { .detach = o->detach, .log_fd = o->log_fd, .uid = o->gw_uid,
+				    .env_bundle = SBX_TRUST_BUNDLE, .env_ca = SBX_CA_FILE };
+	sbx_settings_uids(o->set, &so.sandbox_uid_first, &so.sandbox_uid_end);
+	int r = gw_start(&gopts, &so, &n->gp, err);
 	if (r < 0)
 		return r;
 	n->started = true;
-	spec->n_env += n->n_gw_env;
+	/* The gateway's variables are not the caller's to change silently. */
+	for (size_t i = 0; i < spec->n_env; i++) {
+		size_t len = env_name_len(spec->env[i]);
+		for (size_t j = 0; j < n->gp.n_env; j++)
+			if (env_name_len(n->gp.env[j]) == len &&
+			    strncmp(spec->env[i], n->gp.env[j], len) == 0)
+				return al_error_set(err, -EINVAL,
+						    "--env %.*s: the gateway sets this variable in a "
+						    "sandbox with a network",
+						    (int)len, spec->env[i]);
+	}
+	if (spec->n_env + n->gp.n_env > SBX_MAX_ENV)
+		return al_error_set(err, -E2BIG,
+				    "too many --env options with the gateway's variables (at most %d)",
+				    SBX_MAX_ENV);
+	n->env = calloc(spec->n_env + n->gp.n_env + 1, sizeof(*n->env));
+	if (!n->env)
+		return al_error_set(err, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < spec->n_env; i++)
+		n->env[i] = spec->env[i];
+	for (size_t j = 0; j < n->gp.n_env; j++)
+		n->env[spec->n_env + j] = n->gp.env[j];
+	spec->n_env += n->gp.n_env;
 	spec->env = n->env;
 	spec->trust_pem = n->gp.ca_pem;
 	spec->trust_pem_len = n->gp.ca_pem_len;
@@ -125,9 +121,4 @@ void ctl_net_done(struct ctl_net *n, bool keep)
 	n->audit_fd = safe_close(n->audit_fd);
 	free(n->env);
 	n->env = NULL;
-	if (n->gw_env)
-		gw_env_free(n->gw_env, n->n_gw_env);
-	n->gw_env = NULL;
-	gw_config_free(n->cfg);
-	n->cfg = NULL;
 }

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * A sandbox's way out: builds the gateway's configuration from the
- * caller's options, starts the gateway process, and gives the sandbox's
- * spec what it needs from it: the environment (proxy and CA variables,
- * dummy keys) after the caller's own, the CA to trust, and the hook that
- * hands the sandbox's listeners to the gateway when the sandbox exists.
- * The CLI (`sandbox run|create`) and the daemon both go through here.
+ * A sandbox's way out: starts the gateway process with the caller's
+ * options (it builds its configuration from them and refuses bad ones),
+ * and gives the sandbox's spec what it needs from it: the environment
+ * (proxy and CA variables, dummy keys) after the caller's own, the CA to
+ * trust, and the hook that hands the sandbox's listeners to the gateway
+ * when the sandbox exists. The CLI (`sandbox run|create`) and the daemon
+ * both go through here; none of the gateway's libraries is loaded here.
  *
  *   struct ctl_net n;
  *   ctl_net_init(&n);
@@ -26,6 +27,9 @@ struct ctl_net_opts {
 	/* The gateway's options (its mode follows spec->network; label is
 	 * set here). */
 	const struct gw_options *gw;
+	/* The sandboxes' settings and the gateway's uid (ctl_settings_from_env). */
+	const struct sbx_settings *set;
+	uint32_t gw_uid;
 	/* Append the audit log here (run --audit FILE); NULL: the sandbox's
 	 * own audit.jsonl in its state directory, gone with it. */
 	const char *audit_file;
@@ -34,11 +38,8 @@ struct ctl_net_opts {
 };
 
 struct ctl_net {
-	struct gw_config *cfg;
 	struct gw_proc gp;
 	bool started;
-	char **gw_env;
-	size_t n_gw_env;
 	char **env;           /* the caller's environment, then the gateway's */
 	int audit_fd;
 	struct al_error *err; /* the sandbox call's: the gateway's reason reaches it */
@@ -47,8 +48,8 @@ struct ctl_net {
 void ctl_net_init(struct ctl_net *n);
 
 /*
- * With spec->network NONE: nothing (0). Otherwise builds and starts the
- * gateway and fills spec->env, n_env, trust_pem and net_ready; spec->env
+ * With spec->network NONE: nothing (0). Otherwise starts the gateway and
+ * fills spec->env, n_env, trust_pem and net_ready; spec->env
  * must hold the caller's variables, none of which may be one the gateway
  * sets (-EINVAL naming it). err: the error the later sandbox call will be
  * given too (the gateway's own reason for a failed attach lands there).

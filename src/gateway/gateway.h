@@ -4,14 +4,19 @@
  * place a real credential exists.
  *
  * The caller (the CLI today, the control side later) collects options into
- * struct gw_options and builds a configuration with gw_config_build (policy,
- * credentials, upstream overrides; no secret is read here). gw_start forks
- * the gateway process: it loads the vault, the trust store and the operator's
- * CA files, makes the sandbox's own CA, reports the CA certificate back, then
- * drops every privilege (its own uid, an empty root, no_new_privs, seccomp)
- * before it accepts anything from a sandbox. gw_attach hands it a sandbox's
+ * struct gw_options. gw_start runs the gateway process, a program of its own
+ * (GW_HELPER, found beside airlock: common/libexec.h), and hands it those
+ * options over a socket (gateway/handover.h): nothing else of the caller's
+ * memory, descriptors or environment reaches it. The gateway builds its
+ * configuration (policy, credentials, upstream overrides), loads the vault,
+ * the trust store and the operator's CA files, makes the sandbox's own CA,
+ * reports the CA certificate and the sandbox's environment back, then drops
+ * every privilege (its own uid, an empty root, no_new_privs, seccomp) before
+ * it accepts anything from a sandbox. gw_attach hands it a sandbox's
  * listeners (created inside that sandbox's network namespace) over IPC; a
- * connection's sandbox is known from the listener it arrived on.
+ * connection's sandbox is known from the listener it arrived on. The
+ * functions a caller needs (gw_start to gw_set_policy, gw_uid_*) use libc
+ * alone; `airlock gateway` and the gateway process itself link the rest.
  *
  * Every function returns 0 or a negative errno and fills err; nothing here
  * exits the caller.
@@ -33,6 +38,9 @@
 
 /* Default unprivileged uid/gid of the gateway (AIRLOCK_GATEWAY_UID overrides). */
 #define GW_DEFAULT_UID 0x5fffffffu
+
+/* The gateway's program (see common/libexec.h for where it is found). */
+#define GW_HELPER "airlock-gateway"
 
 enum gw_mode {
 	GW_MODE_NONE = 0,   /* nothing leaves */
@@ -61,6 +69,18 @@ struct gw_options {
 					* audit log is not bounded unless limits.audit_max is set */
 };
 
+/*
+ * The gateway's uid: AIRLOCK_GATEWAY_UID (a number from 1 to 4294967294)
+ * or GW_DEFAULT_UID; -EINVAL with a message for any other value.
+ */
+int gw_uid_from_env(uint32_t *ret, struct al_error *err);
+
+/*
+ * -EINVAL with a message when uid is one of the sandboxes' uids, [first,
+ * end): a sandbox's process would then share the gateway's uid. end 0: none.
+ */
+int gw_uid_check(uint32_t uid, uint32_t first, uint32_t end, struct al_error *err);
+
 struct gw_config; /* opaque: parsed policy, credentials, overrides, CA files */
 
 /* Parses and checks everything (files named in opts are read; the vault
@@ -85,17 +105,31 @@ struct gw_proc {
 	int ctl;      /* IPC socket to the gateway */
 	char *ca_pem; /* the sandbox's CA certificate (PEM); for its trust bundle */
 	size_t ca_pem_len;
+	char **env;   /* the sandbox's environment (gw_sandbox_env), NULL-terminated */
+	size_t n_env;
 };
 
 /* How the gateway process lives. */
 struct gw_start_opts {
 	bool detach;    /* outlive the caller (persistent sandboxes): new session */
 	int log_fd;     /* gateway's own errors; -1: /dev/null */
-	uid_t uid;      /* unprivileged user to become; 0: AIRLOCK_GATEWAY_UID or default */
+	uint32_t uid;   /* unprivileged user to become; 0: gw_uid_from_env */
+	/* The sandboxes' uids, [first, end), which uid must stay out of
+	 * (gw_uid_check; the gateway checks again); end 0: none. */
+	uint32_t sandbox_uid_first, sandbox_uid_end;
+	/* For the sandbox's environment (gw_sandbox_env): its trust bundle
+	 * and CA file as the sandbox sees them. */
+	const char *env_bundle;
+	const char *env_ca;
 };
 
-/* Forks the gateway; returns once it has made its CA and dropped privileges. */
-int gw_start(const struct gw_config *cfg, const struct gw_start_opts *so, struct gw_proc *ret,
+/*
+ * Starts the gateway process with opts (mode restricted or open) and
+ * returns once it has built its configuration, made its CA and dropped
+ * privileges; a bad option is the gateway's reason in err, as
+ * gw_config_build gives it.
+ */
+int gw_start(const struct gw_options *opts, const struct gw_start_opts *so, struct gw_proc *ret,
 	     struct al_error *err);
 
 /* A sandbox's listeners, created in its network namespace; -1 when absent. */
@@ -132,8 +166,17 @@ void gw_release(struct gw_proc *gp);
 
 /*
  * `airlock gateway`: serves as an HTTP proxy on listen_addr (ADDR:PORT) in
- * the foreground until SIGINT or SIGTERM. ca_out: where to write the CA
- * certificate (PEM) for clients to trust; audit_fd: -1 for stdout.
+ * the foreground until SIGINT or SIGTERM, as uid (gw_uid_from_env). ca_out:
+ * where to write the CA certificate (PEM) for clients to trust; audit_fd:
+ * -1 for stdout.
  */
 int gw_serve_standalone(const struct gw_config *cfg, const char *listen_addr, const char *ca_out,
-			int audit_fd, struct al_error *err);
+			int audit_fd, uint32_t uid, struct al_error *err);
+
+/*
+ * The gateway process gw_start runs (GW_HELPER GW_PROCESS_ARG, its socket
+ * at GW_PROCESS_FD; see gateway/handover.h): reads the handover, starts,
+ * serves until its sandboxes are gone. Returns the process's exit status;
+ * every failure before it serves goes back to the caller as its reason.
+ */
+int gw_process_main(int sock);

@@ -133,12 +133,13 @@ void gw_engine_free(struct gw_engine *e);
 
 /* IPC frame types between caller and gateway process. */
 enum {
-	GW_IPC_READY = 1,  /* gateway -> caller: CA certificate PEM */
+	GW_IPC_READY = 1,  /* gateway -> caller: CA certificate, sandbox environment (handover.h) */
 	GW_IPC_ERROR,      /* gateway -> caller: message */
 	GW_IPC_ATTACH,     /* caller -> gateway: sandbox id; fds: proxy http https dns audit watch */
 	GW_IPC_ATTACHED,   /* gateway -> caller: empty, or GW_IPC_ERROR */
 	GW_IPC_POLICY,     /* root -> gateway (control socket): YAML rules */
 	GW_IPC_POLICY_SET, /* gateway -> root: the new generation, as text */
+	GW_IPC_HANDOVER,   /* caller -> new gateway process: its options (handover.h) */
 };
 
 #define GW_POLICY_TEXT_MAX (1024 * 1024)

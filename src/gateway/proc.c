@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * The gateway process: start, narrow, attach sandboxes, stop.
+ * The gateway process's side: start, narrow, serve (the caller's side is
+ * launch.c).
  *
- * The parent forks; the child, still root, reads what it needs from the
- * host (vault, trust store, the operator's CA files, resolv.conf and
- * hosts), makes the sandbox's CA, then drops everything before it serves:
+ * gw_start runs this program with its socket; it reads its options from
+ * the handover (handover.h), then, still root, reads what it needs from the
+ * host (policy, vault, trust store, the operator's CA files, resolv.conf
+ * and hosts), makes the sandbox's CA, then drops everything before it serves:
  * a private mount namespace whose root is an empty read-only tmpfs, its
  * own uid and gid with no supplementary groups (so no capability is left),
  * no_new_privs, not dumpable (no ptrace, no /proc/PID/mem from another
@@ -22,6 +24,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/syscall.h>
@@ -38,23 +41,13 @@
 #include "common/ipc.h"
 #include "common/parse.h"
 #include "gateway/ca.h"
+#include "gateway/handover.h"
 #include "gateway/internal.h"
 
 #define SYSTEM_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
 #define START_TIMEOUT_MS 10000
 #define GW_CA_DAYS 30
 #define GW_NOFILE 65536
-
-static uid_t gateway_uid(uid_t wanted)
-{
-	if (wanted)
-		return wanted;
-	const char *s = getenv("AIRLOCK_GATEWAY_UID");
-	uint64_t v;
-	if (s && parse_u64(s, &v) == 0 && v > 0 && v < 0xffffffffu)
-		return (uid_t)v;
-	return GW_DEFAULT_UID;
-}
 
 static int install_seccomp(void)
 {
@@ -265,231 +258,123 @@ static int prepare_engine(const struct gw_config *cfg, bool exit_when_idle,
 	return 0;
 }
 
-static void __attribute__((noreturn)) child_main(const struct gw_config *cfg,
-						 const struct gw_start_opts *so, int sock,
-						 pid_t parent)
+/* The handover socket: our end of an AF_UNIX stream pair, or nothing we
+ * should speak to. */
+static int check_socket(int sock, struct al_error *err)
 {
-	struct al_error err = { 0 };
-	struct gw_engine *e = NULL;
-	char *pem = NULL;
-	size_t pem_len = 0;
-	int rc = prepare_engine(cfg, true, &e, &pem, &pem_len, &err);
-	if (rc == 0)
-		rc = drop_privileges(gateway_uid(so->uid), &err);
-	if (rc < 0) {
-		const char *msg = al_error_message(&err);
-		ipc_send(sock, GW_IPC_ERROR, msg, strlen(msg), NULL, 0);
-		_exit(1);
-	}
-	if (!so->detach) {
-		/* The credential change cleared it: die with the caller. */
-		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		if (getppid() != parent)
-			_exit(1);
-	}
-	if (ipc_send(sock, GW_IPC_READY, pem, pem_len, NULL, 0) < 0)
-		_exit(1);
-	free(pem);
-	if (gw_engine_add_control(e, sock) < 0 || gw_engine_handle_signals(e) < 0)
-		_exit(1);
-	rc = gw_engine_run(e);
-	gw_engine_free(e);
-	_exit(rc < 0 ? 1 : 0);
+	struct stat st;
+	int domain = 0, type = 0;
+	socklen_t l1 = sizeof(domain), l2 = sizeof(type);
+	if (fstat(sock, &st) < 0 || !S_ISSOCK(st.st_mode) ||
+	    getsockopt(sock, SOL_SOCKET, SO_DOMAIN, &domain, &l1) < 0 ||
+	    getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &l2) < 0 || domain != AF_UNIX ||
+	    type != SOCK_STREAM)
+		return al_error_set(err, -ENOTSOCK,
+				    "this is the gateway process that airlock starts itself (it reads "
+				    "its options from a socket at descriptor %d); use `airlock gateway` "
+				    "or `airlock sandbox run --allow ...`",
+				    sock);
+	return 0;
 }
 
-static int recv_reply(int sock, uint32_t want, struct ipc_msg *m, size_t max_len,
-		      struct al_error *err, const char *what)
+/* Dies with the caller unless detached; after the credential change too,
+ * which clears the setting. */
+static int tie_to_parent(const struct gw_handover *h)
+{
+	if (h->detach)
+		return 0;
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		return -errno;
+	return getppid() == (pid_t)h->parent ? 0 : -ESRCH;
+}
+
+static int receive_handover(int sock, struct ipc_msg *m, struct gw_handover *h,
+			    struct al_error *err)
 {
 	struct pollfd p = { .fd = sock, .events = POLLIN };
 	int n;
 	while ((n = poll(&p, 1, START_TIMEOUT_MS)) < 0 && errno == EINTR)
 		;
-	if (n == 0)
-		return al_error_set(err, -ETIMEDOUT, "the gateway did not answer (%s)", what);
-	const struct ipc_type types[] = { { want, (uint32_t)max_len, 0 },
-					  { GW_IPC_ERROR, 4096, 0 } };
+	if (n <= 0)
+		return al_error_set(err, -ETIMEDOUT, "gateway: no options from its caller");
+	const struct ipc_type types[] = { { GW_IPC_HANDOVER, GW_HANDOVER_MAX, 0 } };
 	int r = ipc_recv(sock, types, ARRAY_SIZE(types), m);
+	if (r == -EBADMSG)
+		return al_error_set(err, r, "gateway: its start-up message was refused (a frame "
+					    "of another type, over %u bytes, or with descriptors)",
+				    (unsigned)GW_HANDOVER_MAX);
 	if (r < 0)
-		return al_error_set(err, -EIO, "the gateway died (%s)", what);
-	if (m->type == GW_IPC_ERROR) {
-		char msg[4097];
-		size_t len = m->len < 4096 ? m->len : 4096;
-		memcpy(msg, m->data ? (const char *)m->data : "", len);
-		msg[len] = '\0';
-		for (size_t i = 0; i < len; i++)
-			if ((unsigned char)msg[i] < 0x20)
-				msg[i] = ' ';
-		ipc_msg_done(m);
-		return al_error_set(err, -EIO, "%s", msg);
-	}
+		return al_error_set_errno(err, r, "gateway: cannot read its options");
+	if (gw_handover_decode(m->data, m->len, h) < 0)
+		return al_error_set(err, -EBADMSG, "gateway: its start-up options are malformed");
 	return 0;
 }
 
-int gw_start(const struct gw_config *cfg, const struct gw_start_opts *so, struct gw_proc *ret,
-	     struct al_error *err)
+int gw_process_main(int sock)
 {
-	int sp[2];
-	if (ipc_socketpair(sp) < 0)
-		return al_error_set_errno(err, -errno, "socketpair");
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0) {
-		int r = -errno;
-		close(sp[0]);
-		close(sp[1]);
-		return al_error_set_errno(err, r, "cannot start the gateway");
+	struct al_error err = { 0 };
+	if (check_socket(sock, &err) < 0) {
+		dprintf(2, "airlock: %s\n", al_error_message(&err));
+		return 125;
 	}
-	if (pid == 0) {
-		close(sp[0]);
-		if (!so->detach)
-			prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-		else
-			setsid();
-		prctl(PR_SET_NAME, "airlock-gw", 0, 0, 0);
-		int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-		int logfd = so->log_fd >= 0 ? so->log_fd : devnull;
-		if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0 || dup2(logfd, 2) < 0)
-			_exit(1);
-		int keep[] = { 0, 1, 2, sp[1] };
-		if (close_all_fds_except(keep, ARRAY_SIZE(keep)) < 0)
-			_exit(1);
-		/* Nothing the caller had blocked or ignored carries over. */
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		signal(SIGPIPE, SIG_IGN);
-		child_main(cfg, so, sp[1], parent);
-	}
-	close(sp[1]);
-	memset(ret, 0, sizeof(*ret));
-	ret->pid = pid;
-	ret->ctl = sp[0];
-	ret->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	prctl(PR_SET_NAME, "airlock-gw", 0, 0, 0);
 	struct ipc_msg m = IPC_MSG_INIT;
-	int r = recv_reply(sp[0], GW_IPC_READY, &m, 64 * 1024, err, "starting");
-	if (r < 0) {
-		gw_stop(ret);
-		return r;
+	struct gw_handover *h = calloc(1, sizeof(*h));
+	struct gw_config *cfg = NULL;
+	char **env = NULL;
+	size_t n_env = 0;
+	struct gw_engine *e = NULL;
+	char *pem = NULL;
+	size_t pem_len = 0;
+	struct buf ready = BUF_INIT(GW_READY_MAX);
+	int rc = h ? 0 : al_error_set(&err, -ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = receive_handover(sock, &m, h, &err);
+	if (rc == 0 && tie_to_parent(h) < 0)
+		return 1; /* the caller is gone: nobody to answer */
+	if (rc == 0)
+		rc = gw_uid_check(h->uid, h->sandbox_uid_first, h->sandbox_uid_end, &err);
+	if (rc == 0)
+		rc = gw_config_build(&h->opts, &cfg, &err);
+	if (rc == 0) {
+		rc = gw_sandbox_env(cfg, h->env_bundle, h->env_ca, &env, &n_env);
+		if (rc < 0)
+			al_error_set_errno(&err, rc, "cannot make the sandbox's environment");
 	}
-	ret->ca_pem = malloc(m.len + 1);
-	if (!ret->ca_pem) {
-		ipc_msg_done(&m);
-		gw_stop(ret);
-		return al_error_set(err, -ENOMEM, "out of memory");
+	if (rc == 0)
+		rc = prepare_engine(cfg, true, &e, &pem, &pem_len, &err);
+	if (rc == 0)
+		rc = drop_privileges(h->uid, &err);
+	if (rc == 0 && tie_to_parent(h) < 0)
+		return 1;
+	if (rc == 0) {
+		rc = gw_ready_encode(pem, pem_len, env, n_env, &ready);
+		if (rc < 0)
+			al_error_set_errno(&err, rc, "cannot report the gateway's CA");
 	}
-	memcpy(ret->ca_pem, m.data, m.len);
-	ret->ca_pem[m.len] = '\0';
-	ret->ca_pem_len = m.len;
+	if (rc < 0) {
+		const char *msg = al_error_message(&err);
+		ipc_send(sock, GW_IPC_ERROR, msg, strlen(msg), NULL, 0);
+		return 1;
+	}
+	if (ipc_send(sock, GW_IPC_READY, ready.data, ready.len, NULL, 0) < 0)
+		return 1;
+	/* Nothing of the start-up is needed any more: the configuration
+	 * lives on in the engine, which points at it. */
+	buf_free(&ready);
+	free(pem);
+	gw_env_free(env, n_env);
 	ipc_msg_done(&m);
-	return 0;
-}
-
-int gw_attach_encode(const struct gw_attach *a, uint8_t *payload, size_t *ret_len, int *fds,
-		     size_t *ret_n_fds)
-{
-	size_t idlen = strnlen(a->id, sizeof(a->id));
-	if (idlen == 0 || idlen > GW_SANDBOX_ID_MAX)
-		return -EINVAL;
-	size_t n = 0;
-	payload[0] = 0;
-	for (int i = 0; i < GW_SLOTS; i++)
-		if (a->fd[i] >= 0) {
-			payload[0] |= (uint8_t)(1u << i);
-			fds[n++] = a->fd[i];
-		}
-	memcpy(payload + 1, a->id, idlen);
-	*ret_len = 1 + idlen;
-	*ret_n_fds = n;
-	return 0;
-}
-
-int gw_attach_decode(struct ipc_msg *m, struct gw_attach *ret)
-{
-	if (m->len < 2 || m->len > 1 + GW_SANDBOX_ID_MAX)
-		return -EBADMSG;
-	uint8_t mask = m->data[0];
-	if (mask >> GW_SLOTS)
-		return -EBADMSG;
-	size_t want = (size_t)__builtin_popcount(mask);
-	if (want != m->n_fds)
-		return -EBADMSG;
-	if (memchr(m->data + 1, '\0', m->len - 1))
-		return -EBADMSG;
-	struct gw_attach a;
-	memcpy(a.id, m->data + 1, m->len - 1);
-	a.id[m->len - 1] = '\0';
-	size_t k = 0;
-	for (int i = 0; i < GW_SLOTS; i++)
-		a.fd[i] = (mask & (1u << i)) ? ipc_msg_take_fd(m, k++) : -1;
-	*ret = a;
-	return 0;
-}
-
-int gw_attach(struct gw_proc *gp, const char *sandbox_id, const struct gw_listeners *l,
-	      int audit_fd, int watch_pidfd, struct al_error *err)
-{
-	struct gw_attach a = { .fd = {
-		[GW_SLOT_PROXY] = l->proxy, [GW_SLOT_HTTP] = l->http, [GW_SLOT_HTTPS] = l->https,
-		[GW_SLOT_DNS] = l->dns, [GW_SLOT_AUDIT] = audit_fd, [GW_SLOT_WATCH] = watch_pidfd,
-		[GW_SLOT_CONTROL] = l->control,
-	} };
-	if (strlen(sandbox_id) > GW_SANDBOX_ID_MAX)
-		return al_error_set(err, -EINVAL, "sandbox id too long");
-	snprintf(a.id, sizeof(a.id), "%s", sandbox_id);
-	uint8_t payload[1 + GW_SANDBOX_ID_MAX];
-	int fds[GW_SLOTS];
-	size_t len, n;
-	if (gw_attach_encode(&a, payload, &len, fds, &n) < 0)
-		return al_error_set(err, -EINVAL, "bad sandbox id");
-	int r = ipc_send(gp->ctl, GW_IPC_ATTACH, payload, len, fds, n);
-	if (r < 0)
-		return al_error_set_errno(err, r, "cannot reach the gateway");
-	struct ipc_msg m = IPC_MSG_INIT;
-	r = recv_reply(gp->ctl, GW_IPC_ATTACHED, &m, 0, err, "attaching the sandbox");
-	if (r < 0)
-		return r;
-	ipc_msg_done(&m);
-	return 0;
-}
-
-static void proc_free(struct gw_proc *gp)
-{
-	if (gp->ctl >= 0)
-		close(gp->ctl);
-	if (gp->pidfd >= 0)
-		close(gp->pidfd);
-	free(gp->ca_pem);
-	memset(gp, 0, sizeof(*gp));
-	gp->ctl = gp->pidfd = -1;
-}
-
-void gw_stop(struct gw_proc *gp)
-{
-	if (gp->pid > 0) {
-		kill(gp->pid, SIGTERM);
-		bool gone = false;
-		if (gp->pidfd >= 0) {
-			struct pollfd p = { .fd = gp->pidfd, .events = POLLIN };
-			int n;
-			while ((n = poll(&p, 1, 1000)) < 0 && errno == EINTR)
-				;
-			gone = n > 0;
-		}
-		if (!gone)
-			kill(gp->pid, SIGKILL);
-		while (waitpid(gp->pid, NULL, 0) < 0 && errno == EINTR)
-			;
-	}
-	proc_free(gp);
-}
-
-void gw_release(struct gw_proc *gp)
-{
-	proc_free(gp);
+	free(h);
+	if (gw_engine_add_control(e, sock) < 0 || gw_engine_handle_signals(e) < 0)
+		return 1;
+	rc = gw_engine_run(e);
+	gw_engine_free(e);
+	return rc < 0 ? 1 : 0;
 }
 
 int gw_serve_standalone(const struct gw_config *cfg, const char *listen_addr, const char *ca_out,
-			int audit_fd, struct al_error *err)
+			int audit_fd, uint32_t uid, struct al_error *err)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl;
@@ -530,7 +415,7 @@ int gw_serve_standalone(const struct gw_config *cfg, const char *listen_addr, co
 	struct gw_listeners l = { .proxy = lfd, .http = -1, .https = -1, .dns = -1, .control = -1 };
 	rc = gw_engine_add_sandbox(e, "standalone", &l, afd, -1, err);
 	if (rc == 0)
-		rc = drop_privileges(gateway_uid(0), err);
+		rc = drop_privileges(uid, err);
 	if (rc == 0 && gw_engine_handle_signals(e) < 0)
 		rc = al_error_set(err, -ENOMEM, "cannot handle signals");
 	if (rc == 0) {
@@ -547,36 +432,3 @@ int gw_serve_standalone(const struct gw_config *cfg, const char *listen_addr, co
 	return rc;
 }
 
-int gw_set_policy(const char *control_path, const char *text, size_t len,
-		  uint64_t *ret_generation, struct al_error *err)
-{
-	if (len > GW_POLICY_TEXT_MAX)
-		return al_error_set(err, -E2BIG, "the policy is larger than %u bytes",
-				    GW_POLICY_TEXT_MAX);
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(control_path) >= sizeof(sa.sun_path))
-		return al_error_set(err, -ENAMETOOLONG, "%s: path too long", control_path);
-	memcpy(sa.sun_path, control_path, strlen(control_path) + 1);
-	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return al_error_set_errno(err, -errno, "socket");
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return al_error_set_errno(err, -errno, "the sandbox's gateway is not reachable at %s",
-					  control_path);
-	int r = ipc_send(fd, GW_IPC_POLICY, text, len, NULL, 0);
-	if (r < 0)
-		return al_error_set_errno(err, r, "cannot reach the gateway");
-	struct ipc_msg m = IPC_MSG_INIT;
-	r = recv_reply(fd, GW_IPC_POLICY_SET, &m, 32, err, "changing the policy");
-	if (r < 0)
-		return r;
-	char g[33];
-	memcpy(g, m.data ? (const char *)m.data : "", m.len);
-	g[m.len] = '\0';
-	ipc_msg_done(&m);
-	uint64_t gen;
-	if (parse_u64(g, &gen) < 0)
-		return al_error_set(err, -EBADMSG, "unexpected answer from the gateway");
-	*ret_generation = gen;
-	return 0;
-}

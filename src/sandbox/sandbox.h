@@ -109,6 +109,9 @@ struct sbx_settings {
 void sbx_settings_default(struct sbx_settings *s);
 /* Applies AIRLOCK_STATE_DIR, AIRLOCK_CGROUP_PARENT, AIRLOCK_UID_BASE. */
 int sbx_settings_from_env(struct sbx_settings *s, struct al_error *err);
+/* The host uids the sandboxes use, all ranges together: [*ret_first, *ret_end)
+ * (below 2^31: sbx_settings_from_env refuses more). */
+void sbx_settings_uids(const struct sbx_settings *s, uint32_t *ret_first, uint32_t *ret_end);
 
 /* Runs argv in a new sandbox and destroys it afterwards. */
 int sbx_run(const struct sbx_settings *set, const struct sbx_spec *spec, char *const *argv,
