@@ -17,15 +17,15 @@ TEST_UID = 1000  # owner of test workspaces: an unprivileged host user
 # The tests' sandboxes take their uid ranges from here, apart from any other
 # airlock on this host, so that "no process left in our ranges" means ours.
 # Two test runs on one host (two checkouts) each set their own base: a uid
-# from 65536 with room for 4096 ranges of 65536 below 2^31 (0x10000000,
-# 0x30000000, 0x40000000, ... up to 0x6fff0000), away from the gateway's
-# default uid 0x5fffffff.
+# from 65536 with room for 4096 ranges of 65536 below 2^31 whose ranges do
+# not hold the gateway's uid (airlock refuses those): 0x10000000, 0x20000000,
+# 0x30000000, 0x40000000 (its last uid 0x4fffffff), then from 0x60000000 up
+# to 0x6fff0000; not 0x4fff0001 to 0x5fffffff, whose ranges reach 0x5fffffff.
 UID_BASE = int(os.environ.get("AIRLOCK_TEST_UID_BASE", "0x20000000"), 0)
 UID_END = UID_BASE + 4096 * 65536
 # The egress gateway's own uid (gateway.h's GW_DEFAULT_UID unless set): any
-# airlock's gateway, another checkout's included, runs as it, and it falls in
-# these ranges when they reach 0x5fffffff (where it is also the last range's
-# uid 65535: a sandbox process of that one uid would go unseen here).
+# airlock's gateway, another checkout's included, runs as it. airlock refuses
+# to start a sandbox or gateway while it is inside the sandboxes' ranges.
 GATEWAY_UID = int(os.environ.get("AIRLOCK_GATEWAY_UID", "0x5fffffff"), 0)
 
 
