@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 PYTEST     ?= /usr/bin/python3 -m pytest
 AIRLOCK     = $(BUILD)/src/cli/airlock
 
-.PHONY: all deps build test unit integration asan demo bench clean check-src
+.PHONY: all deps build install test unit integration asan demo bench clean check-src
 
 all: build
 
@@ -18,6 +18,12 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD)
+
+# airlock into <prefix>/bin, its helper programs into <prefix>/libexec/airlock
+# (prefix /usr/local unless `meson configure build -Dprefix=...`); DESTDIR
+# is honoured.
+install: build
+	meson install -C $(BUILD) --no-rebuild
 
 # Unit tests, the source check and the fuzz corpora (meson test), then the
 # integration tests; then all of it again built with ASan and UBSan. Every

@@ -205,8 +205,8 @@ def counts(work):
 
 
 def read_raw(path):
-    """tool -> (wall ns list, cpu ns list), from a sbxbench TSV
-    (tool, round, wall ns, cpu ns, status)."""
+    """tool -> (wall ns list, cpu ns list, page fault list), from a sbxbench
+    TSV (tool, round, wall ns, cpu ns, status[, page faults])."""
     data = {}
     order = []
     if not os.path.exists(path):
@@ -214,14 +214,16 @@ def read_raw(path):
     with open(path) as f:
         for line in f:
             parts = line.rstrip("\n").split("\t")
-            if len(parts) != 5:
+            if len(parts) not in (5, 6):
                 continue
-            tool, _, ns, cpu, _ = parts
+            tool, _, ns, cpu, _ = parts[:5]
             if tool not in data:
-                data[tool] = ([], [])
+                data[tool] = ([], [], [])
                 order.append(tool)
             data[tool][0].append(int(ns))
             data[tool][1].append(int(cpu))
+            if len(parts) == 6:
+                data[tool][2].append(int(parts[5]))
     return data, order
 
 
@@ -231,10 +233,11 @@ def pct(sorted_vals, p):
     return sorted_vals[k - 1]
 
 
-def stats_ms(ns_list, cpu_list):
+def stats_ms(ns_list, cpu_list, fault_list=()):
     v = sorted(x / 1e6 for x in ns_list)
     c = sorted(x / 1e6 for x in cpu_list)
     return {
+        "page_faults_p50": pct(sorted(fault_list), 50) if fault_list else None,
         "cpu_p50_ms": round(pct(c, 50), 3),
         "cpu_mean_ms": round(sum(c) / len(c), 3),
         "n": len(v),
@@ -334,10 +337,15 @@ def report(work, out_json):
         "bwrap": "bwrap",
         "crun": "crun run",
         "airlock-exec": "airlock sandbox exec (warm)",
+        "airlock-net": "airlock run --allow (gateway)",
+        "airlock-before": "BEFORE: airlock sandbox run",
+        "airlock-before-net": "BEFORE: airlock run --allow",
+        "airlock-before-exec": "BEFORE: airlock sandbox exec",
     }
     rows = []
 
-    preferred = ["bare", "bwrap", "airlock", "airlock-tmpfs", "crun", "airlock-exec"]
+    preferred = ["bare", "bwrap", "airlock", "airlock-before", "airlock-tmpfs", "crun",
+                 "airlock-net", "airlock-before-net", "airlock-exec", "airlock-before-exec"]
 
     def add(section, res, order, suffix=""):
         order = sorted(order, key=lambda t: preferred.index(t) if t in preferred else 99)
@@ -350,19 +358,22 @@ def report(work, out_json):
     add("rcu_expedited=1", rcu, rcu_order)
     print()
     print(f"{'section':<16} {'tool':<30} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} "
-          f"{'x bwrap p50':>12} {'CPU p50 ms':>11}")
-    print("-" * 99)
+          f"{'x bwrap p50':>12} {'CPU p50 ms':>11} {'faults p50':>11}")
+    print("-" * 111)
     for section, name, s in rows:
         ratio = s.get("ratio_to_bwrap_p50")
         if section == "warm" and cold.get("bwrap"):
             ratio = round(s["p50_ms"] / cold["bwrap"]["p50_ms"], 2)
             s["ratio_to_bwrap_p50"] = ratio
         r = f"{ratio:.2f}" if ratio is not None else "-"
+        pf = s.get("page_faults_p50")
+        pf = str(pf) if pf is not None else "-"
         print(f"{section:<16} {name:<30} {s['p50_ms']:>8.2f} {s['p95_ms']:>8.2f} {s['mean_ms']:>8.2f} "
-              f"{r:>12} {s['cpu_p50_ms']:>11.2f}")
+              f"{r:>12} {s['cpu_p50_ms']:>11.2f} {pf:>11}")
     print(f"(n = {cold.get('airlock', {}).get('n', '?')} interleaved runs per tool; "
-          "warm ratios are against the cold run's bwrap p50; CPU = user+sys of all the\n"
-          " run's processes; for warm exec it leaves out the sandbox's own supervisor)")
+          "warm ratios are against the cold run's bwrap p50; CPU = user+sys and faults =\n"
+          " minor+major page faults of all the run's processes; for warm exec they leave out\n"
+          " the sandbox's own keeper and what it forks)")
     cn = result.get("counts", {})
     if cn:
         print()

@@ -7,7 +7,10 @@
 # Usage: bench/run.sh [AIRLOCK_BINARY]     (or $AIRLOCK; default build/src/cli/airlock)
 # Environment: BENCH_RUNS (default 200), BENCH_RCU_RUNS (default 100),
 #              BENCH_COUNT_RUNS (default 5: starts counted under strace -f),
-#              BENCH_CRUN=0 to leave crun out.
+#              BENCH_CRUN=0 to leave crun out,
+#              BENCH_BEFORE=AIRLOCK_BINARY: another build (its helpers beside it or
+#              installed with it) measured in the same runs, as airlock-before*,
+#              BENCH_TAG=T: write sandbox-<date>-T.json (another run the same day).
 # Needs root. Writes bench/results/sandbox-<date>.json. Exits non-zero when a
 # step fails; never on speed.
 set -euo pipefail
@@ -17,6 +20,7 @@ airlock=${1:-${AIRLOCK:-$root/build/src/cli/airlock}}
 runs=${BENCH_RUNS:-200}
 rcu_runs=${BENCH_RCU_RUNS:-100}
 want_crun=${BENCH_CRUN:-1}
+before=${BENCH_BEFORE:-}
 budget=570 # seconds for the whole script; each step gets what is left
 crun_uid_base=100000000
 start=$SECONDS
@@ -28,9 +32,14 @@ die() {
 note() { echo "bench: $*" >&2; }
 
 case $runs$rcu_runs${BENCH_COUNT_RUNS:-5} in *[!0-9]*) die "BENCH_RUNS, BENCH_RCU_RUNS and BENCH_COUNT_RUNS want numbers" ;; esac
+case ${BENCH_TAG:-} in *[!A-Za-z0-9_-]*) die "BENCH_TAG wants letters, digits, - and _" ;; esac
 [ "$(id -u)" -eq 0 ] || die "needs root (sandboxes, cgroups, /sys/kernel/rcu_expedited)"
 case $airlock in /*) ;; *) airlock=$PWD/$airlock ;; esac
 [ -x "$airlock" ] || die "no airlock binary at $airlock (build it, or pass its path as \$1)"
+if [ -n "$before" ]; then
+	case $before in /*) ;; *) before=$PWD/$before ;; esac
+	[ -x "$before" ] || die "BENCH_BEFORE: no airlock binary at $before"
+fi
 py=/usr/bin/python3
 [ -x $py ] || py=$(command -v python3) || die "python3 is missing"
 for t in bwrap cc; do
@@ -44,6 +53,7 @@ export AIRLOCK_STATE_DIR=$work/state
 export AIRLOCK_CGROUP_PARENT=airlock-bench-$$
 shm_state=
 warm_id=
+warm_before_id=
 rcu_saved=
 crun_root=$work/crun-root
 crun_prefix=airlock-bench-$$-
@@ -59,7 +69,10 @@ kill_sandbox() {
 	keeper=$(sed -n 's/^keeper=\([0-9]*\)$/\1/p' "$sd/$id/state" 2>/dev/null)
 	if [ -n "$keeper" ]; then
 		exe=$(readlink "/proc/$keeper/exe" 2>/dev/null || true)
-		[ "$exe" != "$(readlink -f "$airlock")" ] || kill -KILL "$keeper" 2>/dev/null || true
+		if [ "$exe" = "$(readlink -f "$airlock")" ] ||
+			{ [ -n "$before" ] && [ "$exe" = "$(readlink -f "$before")" ]; }; then
+			kill -KILL "$keeper" 2>/dev/null || true
+		fi
 	fi
 	kill_cgroup_tasks "$id"
 }
@@ -188,7 +201,18 @@ bwrap_cmd+=(--tmpfs /tmp --proc /proc --dev /dev --bind "$work/bwrap-ws" /worksp
 bwrap_cmd+=(/bin/true)
 
 airlock_cmd=("$airlock" sandbox run -- /bin/true)
-tools=(--tool bare /bin/true --tool airlock "${airlock_cmd[@]}" --tool bwrap "${bwrap_cmd[@]}")
+# With a network: the gateway process started, handed its options, attached.
+# (No traffic: what its start costs. bwrap has no counterpart.)
+net_cmd=("$airlock" sandbox run --allow example.test -- /bin/true)
+tools=(--tool bare /bin/true --tool airlock "${airlock_cmd[@]}" --tool bwrap "${bwrap_cmd[@]}"
+	--tool airlock-net "${net_cmd[@]}")
+before_cmd=()
+before_net_cmd=()
+if [ -n "$before" ]; then
+	before_cmd=("$before" sandbox run -- /bin/true)
+	before_net_cmd=("$before" sandbox run --allow example.test -- /bin/true)
+	tools+=(--tool airlock-before "${before_cmd[@]}" --tool airlock-before-net "${before_net_cmd[@]}")
+fi
 # airlock again with its state (overlay upper/work dirs, the root skeleton,
 # the fresh workspace) on tmpfs, as bwrap's root is: shows what the state
 # directory's filesystem costs (see README: ext4 mounted with discard).
@@ -224,15 +248,25 @@ out=$(step 60 "$sbx" run -n 1 -w 0 -o /dev/null -e /dev/stderr "${tools[@]}" 2>&
 	die "a contender does not run: $out"
 
 # ------------------------------------------------------------ 1. cold start
-note "cold start: $runs interleaved rounds of bare, airlock, bwrap$([ -z "$shm_state" ] || echo ', airlock (state on tmpfs)')$([ ${#crun_cmd[@]} -eq 0 ] || echo ', crun')"
+note "cold start: $runs interleaved rounds of bare, airlock, bwrap, airlock with a network$([ -z "$before" ] || echo ', the build before (both)')$([ -z "$shm_state" ] || echo ', airlock (state on tmpfs)')$([ ${#crun_cmd[@]} -eq 0 ] || echo ', crun')"
 step 300 "$sbx" run -n "$runs" -w 5 -t 30 -o "$work/cold.tsv" -e "$work/cold.err" "${tools[@]}" ||
 	die "cold-start run failed: $(tail -n 5 "$work/cold.err" 2>/dev/null | tr '\n' ' ')"
 
 # ------------------------------------------------------------ 2. warm exec
-note "warm: $runs x airlock sandbox exec in one sandbox"
+note "warm: $runs x airlock sandbox exec in one sandbox$([ -z "$before" ] || echo ' (and the build before in one of its own)')"
+warm_tools=()
+if [ -n "$before" ]; then
+	if warm_before_id=$(step 30 "$before" sandbox create 2>"$work/warm.err") && [ -n "$warm_before_id" ]; then
+		warm_tools=(--tool airlock-before-exec "$before" sandbox exec "$warm_before_id" -- /bin/true)
+	else
+		warm_before_id=
+		errors+=("warm: the build before: sandbox create failed: $(tail -n 2 "$work/warm.err" | tr '\n' ' ')")
+	fi
+fi
 if warm_id=$(step 30 "$airlock" sandbox create 2>"$work/warm.err") && [ -n "$warm_id" ]; then
-	if ! step 120 "$sbx" run -n "$runs" -w 5 -t 30 -o "$work/warm.tsv" -e "$work/warm.err" \
-		--tool bare /bin/true --tool airlock-exec "$airlock" sandbox exec "$warm_id" -- /bin/true; then
+	if ! step 180 "$sbx" run -n "$runs" -w 5 -t 30 -o "$work/warm.tsv" -e "$work/warm.err" \
+		--tool bare /bin/true --tool airlock-exec "$airlock" sandbox exec "$warm_id" -- /bin/true \
+		"${warm_tools[@]}"; then
 		errors+=("warm: airlock sandbox exec failed: $(tail -n 2 "$work/warm.err" | tr '\n' ' ')")
 		rm -f "$work/warm.tsv"
 	fi
@@ -248,6 +282,11 @@ else
 	warm_id=
 	errors+=("warm: airlock sandbox create failed: $(tail -n 2 "$work/warm.err" | tr '\n' ' ')")
 fi
+if [ -n "$warm_before_id" ]; then
+	step 15 "$before" sandbox destroy "$warm_before_id" >/dev/null 2>>"$work/warm.err" ||
+		{ errors+=("warm: destroy $warm_before_id (the build before) failed"); kill_sandbox "$AIRLOCK_STATE_DIR" "$warm_before_id"; }
+	warm_before_id=
+fi
 
 # ------------------------------------------------------------ 3. system calls and processes
 # Machine-independent cost: every system call and every process (task) of one
@@ -261,6 +300,14 @@ if command -v strace >/dev/null; then
 	for i in $(seq 1 "$count_runs"); do
 		step 30 strace -f -qq -o "$work/sc.airlock.$i" "${airlock_cmd[@]}" ||
 			errors+=("strace -f of airlock sandbox run failed (run $i)")
+		step 30 strace -f -qq -o "$work/sc.airlock-net.$i" "${net_cmd[@]}" ||
+			errors+=("strace -f of airlock sandbox run --allow failed (run $i)")
+		if [ -n "$before" ]; then
+			step 30 strace -f -qq -o "$work/sc.airlock-before.$i" "${before_cmd[@]}" ||
+				errors+=("strace -f of the build before's sandbox run failed (run $i)")
+			step 30 strace -f -qq -o "$work/sc.airlock-before-net.$i" "${before_net_cmd[@]}" ||
+				errors+=("strace -f of the build before's sandbox run --allow failed (run $i)")
+		fi
 		step 30 strace -f -qq -o "$work/sc.bwrap.$i" "${bwrap_cmd[@]}" ||
 			errors+=("strace -f of bwrap failed (run $i)")
 		if [ ${#crun_cmd[@]} -gt 0 ]; then
@@ -274,28 +321,35 @@ if command -v strace >/dev/null; then
 				errors+=("strace -f of crun failed (run $i)")
 		fi
 	done
-	if count_id=$(step 30 "$airlock" sandbox create 2>"$work/count.err") && [ -n "$count_id" ]; then
-		keeper=$(sed -n 's/^keeper=\([0-9]*\)$/\1/p' "$AIRLOCK_STATE_DIR/$count_id/state")
-		"$airlock" sandbox exec "$count_id" -- /bin/true || errors+=("exec for the count failed")
-		for i in $(seq 1 "$count_runs"); do
-			strace -f -qq -o "$work/sc.airlock-exec-keeper.$i" -p "$keeper" &
-			tracer=$!
-			# Until strace is attached (bounded), then the exec itself.
-			for _ in $(seq 1 500); do
-				[ "$(awk '/^TracerPid:/ { print $2 }' "/proc/$keeper/status" 2>/dev/null)" = 0 ] || break
-				sleep 0.01
+	# count_exec BINARY LABEL: a sandbox made by BINARY, then exec's counted
+	# with its keeper's side as sc.LABEL.N and sc.LABEL-keeper.N.
+	count_exec() {
+		local bin=$1 label=$2 count_id keeper tracer i
+		if count_id=$(step 30 "$bin" sandbox create 2>"$work/count.err") && [ -n "$count_id" ]; then
+			keeper=$(sed -n 's/^keeper=\([0-9]*\)$/\1/p' "$AIRLOCK_STATE_DIR/$count_id/state")
+			"$bin" sandbox exec "$count_id" -- /bin/true || errors+=("exec for the count failed ($label)")
+			for i in $(seq 1 "$count_runs"); do
+				strace -f -qq -o "$work/sc.$label-keeper.$i" -p "$keeper" &
+				tracer=$!
+				# Until strace is attached (bounded), then the exec itself.
+				for _ in $(seq 1 500); do
+					[ "$(awk '/^TracerPid:/ { print $2 }' "/proc/$keeper/status" 2>/dev/null)" = 0 ] || break
+					sleep 0.01
+				done
+				step 30 strace -f -qq -o "$work/sc.$label.$i" "$bin" sandbox exec "$count_id" -- /bin/true ||
+					errors+=("strace -f of sandbox exec failed ($label, run $i)")
+				# The helpers are gone once the client has its status; then detach.
+				kill -INT "$tracer" 2>/dev/null || true
+				wait "$tracer" 2>/dev/null || true
 			done
-			step 30 strace -f -qq -o "$work/sc.airlock-exec.$i" "$airlock" sandbox exec "$count_id" -- /bin/true ||
-				errors+=("strace -f of airlock sandbox exec failed (run $i)")
-			# The helpers are gone once the client has its status; then detach.
-			kill -INT "$tracer" 2>/dev/null || true
-			wait "$tracer" 2>/dev/null || true
-		done
-		step 15 "$airlock" sandbox destroy "$count_id" >/dev/null 2>>"$work/count.err" ||
-			{ errors+=("count: destroy $count_id failed"); kill_sandbox "$AIRLOCK_STATE_DIR" "$count_id"; }
-	else
-		errors+=("count: airlock sandbox create failed: $(tail -n 2 "$work/count.err" | tr '\n' ' ')")
-	fi
+			step 15 "$bin" sandbox destroy "$count_id" >/dev/null 2>>"$work/count.err" ||
+				{ errors+=("count: destroy $count_id failed ($label)"); kill_sandbox "$AIRLOCK_STATE_DIR" "$count_id"; }
+		else
+			errors+=("count: sandbox create failed ($label): $(tail -n 2 "$work/count.err" | tr '\n' ' ')")
+		fi
+	}
+	count_exec "$airlock" airlock-exec
+	[ -z "$before" ] || count_exec "$before" airlock-before-exec
 else
 	errors+=("strace is not installed: no system call or process counts")
 fi
@@ -347,10 +401,10 @@ loadavg_after=$(cut -d' ' -f1-4 /proc/loadavg)
 date_iso=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 results=$root/bench/results
 mkdir -p "$results"
-out_json=$results/sandbox-$(date -u +%Y-%m-%d).json
+out_json=$results/sandbox-$(date -u +%Y-%m-%d)${BENCH_TAG:+-$BENCH_TAG}.json
 printf '%s\n' "${errors[@]}" >"$work/errors.txt"
 export date_iso cg_mode state_fs loadavg_before loadavg_after crun_status rcu_previous rcu_note runs rcu_runs
-export airlock_path=$airlock
+export airlock_path=$airlock before_path=$before
 airlock_version=$("$airlock" version 2>/dev/null || echo "?")
 git_rev=$(git -C "$root" describe --always --dirty 2>/dev/null || echo "?")
 bwrap_version=$(bwrap --version 2>/dev/null || echo "?")
@@ -359,6 +413,9 @@ cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //' ||
 export airlock_version git_rev bwrap_version crun_version cpu_model
 # The exact command lines, NUL-separated, one file per tool.
 printf '%s\0' "${airlock_cmd[@]}" >"$work/cmd.airlock"
+printf '%s\0' "${net_cmd[@]}" >"$work/cmd.airlock-net"
+[ ${#before_cmd[@]} -eq 0 ] || printf '%s\0' "${before_cmd[@]}" >"$work/cmd.airlock-before"
+[ ${#before_net_cmd[@]} -eq 0 ] || printf '%s\0' "${before_net_cmd[@]}" >"$work/cmd.airlock-before-net"
 printf '%s\0' "${bwrap_cmd[@]}" >"$work/cmd.bwrap"
 [ ${#crun_cmd[@]} -eq 0 ] || printf '%s\0' "${crun_cmd[@]}" >"$work/cmd.crun"
 [ ! -f "$work/bundle/config.json" ] || cp "$work/bundle/config.json" "$work/crun-config.json"
@@ -367,7 +424,7 @@ import json, os, sys
 work = sys.argv[1]
 e = os.environ
 cmds = {}
-for t in ("airlock", "bwrap", "crun"):
+for t in ("airlock", "airlock-net", "airlock-before", "airlock-before-net", "bwrap", "crun"):
     p = os.path.join(work, "cmd." + t)
     if os.path.exists(p):
         cmds[t] = [a for a in open(p).read().split("\0") if a]
@@ -375,6 +432,8 @@ cmds["bare"] = ["/bin/true"]
 if "airlock" in cmds:
     cmds["airlock-tmpfs"] = ["AIRLOCK_STATE_DIR=/dev/shm/airlock-bench.XXXXXX"] + cmds["airlock"]
 cmds["airlock-exec"] = [e["airlock_path"], "sandbox", "exec", "ID", "--", "/bin/true"]
+if e.get("before_path"):
+    cmds["airlock-before-exec"] = [e["before_path"], "sandbox", "exec", "ID", "--", "/bin/true"]
 crun_cfg = None
 p = os.path.join(work, "crun-config.json")
 if os.path.exists(p):

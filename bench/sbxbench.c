@@ -14,7 +14,8 @@
  *       stdout are /dev/null; stderr goes to ERR.log. Writes one line per timed
  *       run to RAW.tsv: tool, round, wall nanoseconds, CPU nanoseconds (user +
  *       system of every process of the run that was reaped, from
- *       RUSAGE_CHILDREN; a daemon started earlier is not counted), exit status. A tool named
+ *       RUSAGE_CHILDREN; a daemon started earlier is not counted), exit status,
+ *       page faults (minor + major, of the same processes). A tool named
  *       with --tool-hidecg2 runs in a private mount namespace in which an
  *       empty tmpfs covers /sys/fs/cgroup/unified (crun refuses to run on a
  *       cgroup v1 "hybrid" host otherwise); entering it costs one setns() in
@@ -223,19 +224,22 @@ static char **expand_args(char **argv, long seq)
 	return out;
 }
 
-/* One timed run. Returns the exit status (128+sig if killed), -1 on timeout. */
-static uint64_t children_cpu_ns(void)
+/* CPU time and page faults of every reaped child so far. */
+static uint64_t children_cpu_ns(uint64_t *faults)
 {
 	struct rusage ru;
 	getrusage(RUSAGE_CHILDREN, &ru);
+	*faults = (uint64_t)ru.ru_minflt + (uint64_t)ru.ru_majflt;
 	return (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000u +
 	       (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000u;
 }
 
+/* One timed run. Returns the exit status (128+sig if killed), -1 on timeout. */
 static int run_once(const struct tool *t, long seq, int nsfd, int errfd, int devnull,
-		    unsigned timeout_s, uint64_t *ns, uint64_t *cpu_ns)
+		    unsigned timeout_s, uint64_t *ns, uint64_t *cpu_ns, uint64_t *faults)
 {
-	uint64_t c0 = children_cpu_ns();
+	uint64_t f0;
+	uint64_t c0 = children_cpu_ns(&f0);
 	uint64_t t0 = now_ns();
 	pid_t pid = fork();
 	if (pid < 0)
@@ -286,7 +290,9 @@ static int run_once(const struct tool *t, long seq, int nsfd, int errfd, int dev
 	}
 	alarm(0);
 	*ns = now_ns() - t0;
-	*cpu_ns = children_cpu_ns() - c0;
+	uint64_t f1;
+	*cpu_ns = children_cpu_ns(&f1) - c0;
+	*faults = f1 - f0;
 	if (timed_out) {
 		/* Killed children's orphans come back to us: repeat until none is left. */
 		for (int tries = 0; tries < 100; tries++) {
@@ -388,9 +394,9 @@ static int cmd_run(int argc, char **argv)
 	for (long r = 0; r < warmup + runs; r++) {
 		for (int j = 0; j < ntools; j++) {
 			const struct tool *t = &tools[(r + j) % ntools];
-			uint64_t ns, cpu_ns;
+			uint64_t ns, cpu_ns, faults;
 			int status = run_once(t, seq++, nsfd, errfd, devnull, (unsigned)timeout_s, &ns,
-					      &cpu_ns);
+					      &cpu_ns, &faults);
 			if (status != 0) {
 				if (status < 0)
 					fprintf(stderr, "sbxbench: %s took longer than %ld s (round %ld); killed it\n",
@@ -409,8 +415,9 @@ static int cmd_run(int argc, char **argv)
 				return 1;
 			}
 			if (r >= warmup)
-				fprintf(fo, "%s\t%ld\t%llu\t%llu\t%d\n", t->name, r - warmup,
-					(unsigned long long)ns, (unsigned long long)cpu_ns, status);
+				fprintf(fo, "%s\t%ld\t%llu\t%llu\t%d\t%llu\n", t->name, r - warmup,
+					(unsigned long long)ns, (unsigned long long)cpu_ns, status,
+					(unsigned long long)faults);
 		}
 	}
 	if (fo != stdout && fclose(fo) != 0)
