@@ -101,7 +101,9 @@ def node_requests(up):
     return [json.loads(l) for l in up["log"].read_text().splitlines() if l.strip()]
 
 
-SMUGGLE_CLIENT = r"""
+# What the sandbox-side scripts share: a CONNECT tunnel to the test host
+# through the gateway's proxy, verified TLS inside it, and reading to the end.
+CLIENT_PRELUDE = r"""
 import socket, ssl, sys, time
 HOST = "api.example.test"
 
@@ -114,10 +116,10 @@ def tunnel():
     assert buf.startswith(b"HTTP/1.1 200"), buf
     return ssl.create_default_context().wrap_socket(s, server_hostname=HOST)
 
-def read_all(s):
+def read_all(s, until=None):
     out = b""
     try:
-        while True:
+        while until is None or until not in out:
             d = s.recv(65536)
             if not d:
                 break
@@ -125,7 +127,10 @@ def read_all(s):
     except OSError:
         pass
     return out
+"""
 
+
+SMUGGLE_CLIENT = CLIENT_PRELUDE + r"""
 # What the gateway will write upstream for the second request, up to the
 # value of X-Pad: it writes the head itself, in a fixed order.
 prefix = f"GET /v1/echo HTTP/1.1\r\nHost: {HOST}\r\nX-Pad: ".encode()
@@ -169,7 +174,7 @@ def test_early_response_does_not_pool_a_connection_owed_a_body(airlock, workspac
         "    header: x-api-key\n    env: API_KEY\n")
     vault = write_vault(tmp_path)
     audit = tmp_path / "audit.jsonl"
-    c = put(workspace, "smuggle.py", SMUGGLE_CLIENT, 0o755)
+    put(workspace, "smuggle.py", SMUGGLE_CLIENT, 0o755)
     p = airlock.run("--policy", str(policy), "--vault", str(vault), "--audit", str(audit),
                     "--upstream", f"api.example.test:443=127.0.0.1:{node_upstream['port']}",
                     "--upstream-ca", node_upstream["ca"], "--workspace", str(workspace),
@@ -190,31 +195,7 @@ def test_early_response_does_not_pool_a_connection_owed_a_body(airlock, workspac
             assert r["url"].startswith("/v1/"), f"the credential went with {r['url']}"
 
 
-LEAK_CLIENT = r"""
-import socket, ssl, sys, time
-HOST = "api.example.test"
-
-def tunnel():
-    s = socket.create_connection(("127.0.0.1", 3128), timeout=15)
-    s.sendall(f"CONNECT {HOST}:443 HTTP/1.1\r\nHost: {HOST}:443\r\n\r\n".encode())
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        buf += s.recv(1)
-    assert buf.startswith(b"HTTP/1.1 200"), buf
-    return ssl.create_default_context().wrap_socket(s, server_hostname=HOST)
-
-def read_all(s):
-    out = b""
-    try:
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            out += d
-    except OSError:
-        pass
-    return out
-
+LEAK_CLIENT = CLIENT_PRELUDE + r"""
 # Raw requests the upstream will read out of B's body: the gateway passes a
 # body on as bytes, so these are whatever the sandbox writes.
 q = (f"GET /q1 HTTP/1.1\r\nHost: {HOST}\r\n\r\n"
@@ -267,6 +248,44 @@ def test_out_of_step_upstream_never_answers_an_uncredentialed_request(
     no_secret(p.stdout, "the sandbox's output")
 
 
+def run_with_key_upstream(airlock, workspace, tmp_path, serve, script, *args, paths=""):
+    """Runs script (python, in the sandbox) against a hostile TLS upstream,
+    api.example.test, whose requests carry the key as x-api-key."""
+    up = TLSRawUpstream(serve, tmp_path / "certs")
+    try:
+        policy = tmp_path / "p.yaml"
+        policy.write_text("rules:\n  - host: api.example.test\n"
+                          "credentials:\n  - secret: key\n    host: api.example.test\n"
+                          f"{paths}    header: x-api-key\n")
+        vault = write_vault(tmp_path)
+        put(workspace, "client.py", script, 0o755)
+        p = airlock.run("--policy", str(policy), "--vault", str(vault),
+                        "--upstream", f"api.example.test:443=127.0.0.1:{up.port}",
+                        "--upstream-ca", up.ca, "--workspace", str(workspace),
+                        "--", "/usr/bin/python3", "/workspace/client.py", *args, timeout=60)
+        sanitizer_clean(p.stderr)
+    finally:
+        up.close()
+    return p
+
+
+def run_with_plain_upstream(airlock, workspace, tmp_path, up, host, policy_text, script):
+    """Runs script (python, in the sandbox) with host:80 routed to the plain
+    upstream up under policy_text; closes up."""
+    try:
+        policy = tmp_path / "p.yaml"
+        policy.write_text(policy_text)
+        put(workspace, "client.py", script, 0o755)
+        p = airlock.run("--policy", str(policy),
+                        "--upstream", f"{host}:80=127.0.0.1:{up.port}",
+                        "--workspace", str(workspace),
+                        "--", "/usr/bin/python3", "/workspace/client.py", timeout=60)
+        sanitizer_clean(p.stderr)
+    finally:
+        up.close()
+    return p
+
+
 def answer_late_twice(up, c):
     """A hostile upstream: it answers a credentialed request, keeps the
     connection, and once the next request on it has come answers that one
@@ -306,21 +325,7 @@ def test_credentialed_connection_never_serves_an_uncredentialed_request(airlock,
     response is not redacted), the key would reach the sandbox. It serves
     only credentialed requests; the next ones get a connection of their
     own."""
-    up = TLSRawUpstream(answer_late_twice, tmp_path / "certs")
-    try:
-        policy = tmp_path / "p.yaml"
-        policy.write_text("rules:\n  - host: api.example.test\n"
-                          "credentials:\n  - secret: key\n    host: api.example.test\n"
-                          "    paths: [/v1/]\n    header: x-api-key\n")
-        vault = write_vault(tmp_path)
-        put(workspace, "late.py", LATE_CLIENT, 0o755)
-        p = airlock.run("--policy", str(policy), "--vault", str(vault),
-                        "--upstream", f"api.example.test:443=127.0.0.1:{up.port}",
-                        "--upstream-ca", up.ca, "--workspace", str(workspace),
-                        "--", "/usr/bin/python3", "/workspace/late.py", timeout=60)
-        sanitizer_clean(p.stderr)
-    finally:
-        up.close()
+    p = run_with_key_upstream(airlock, workspace, tmp_path, answer_late_twice, LATE_CLIENT, paths="    paths: [/v1/]\n")
     out = p.stdout.decode(errors="replace")
     print(out)
     assert out.count("200 ") == 3, (out, p.stderr.decode()[-2000:])
@@ -661,28 +666,12 @@ def hostile_head(up, c):
         c.sendall(f"HTTP/1.1 200 OK\r\nX-{key}: 1\r\nContent-Length: 0\r\n\r\n".encode())
 
 
-HEAD_CLIENT = r"""
-import socket, ssl, sys
-HOST = "api.example.test"
-s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
-s.sendall(f"CONNECT {HOST}:443 HTTP/1.1\r\nHost: {HOST}:443\r\n\r\n".encode())
-buf = b""
-while b"\r\n\r\n" not in buf:
-    buf += s.recv(1)
-s = ssl.create_default_context().wrap_socket(s, server_hostname=HOST)
+HEAD_CLIENT = CLIENT_PRELUDE + r"""
+s = tunnel()
 up = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" \
      "Sec-WebSocket-Version: 13\r\n" if sys.argv[1] == "upgrade" else ""
 s.sendall(f"GET /v1/{sys.argv[1]} HTTP/1.1\r\nHost: {HOST}\r\n{up}x-api-key: dummy\r\n\r\n".encode())
-out = b""
-try:
-    while b"\r\n\r\n" not in out:
-        d = s.recv(4096)
-        if not d:
-            break
-        out += d
-except OSError:
-    pass
-print(out.decode(errors="replace"))
+print(read_all(s, until=b"\r\n\r\n").decode(errors="replace"))
 """
 
 
@@ -692,21 +681,7 @@ def test_secret_in_upgrade_field_or_field_name_never_reaches_the_sandbox(airlock
     says websocket), and a field whose name is the key: the first is
     refused (a 101 must switch to WebSocket and nothing else, and the
     gateway writes its Upgrade field itself), the field is dropped."""
-    up = TLSRawUpstream(hostile_head, tmp_path / "certs")
-    try:
-        policy = tmp_path / "p.yaml"
-        policy.write_text("rules:\n  - host: api.example.test\n"
-                          "credentials:\n  - secret: key\n    host: api.example.test\n"
-                          "    header: x-api-key\n")
-        vault = write_vault(tmp_path)
-        put(workspace, "head.py", HEAD_CLIENT, 0o755)
-        p = airlock.run("--policy", str(policy), "--vault", str(vault),
-                        "--upstream", f"api.example.test:443=127.0.0.1:{up.port}",
-                        "--upstream-ca", up.ca, "--workspace", str(workspace),
-                        "--", "/usr/bin/python3", "/workspace/head.py", what, timeout=60)
-        sanitizer_clean(p.stderr)
-    finally:
-        up.close()
+    p = run_with_key_upstream(airlock, workspace, tmp_path, hostile_head, HEAD_CLIENT, what)
     print(p.stdout.decode(errors="replace"))
     assert b"HTTP/1.1 " in p.stdout, p.stderr.decode()[-2000:]
     no_secret(p.stdout, "the sandbox's output")
@@ -732,28 +707,12 @@ def ws_close_with_key(up, c):
     time.sleep(0.5)
 
 
-WS_CLIENT = r"""
-import socket, ssl
-HOST = "api.example.test"
-s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
-s.sendall(f"CONNECT {HOST}:443 HTTP/1.1\r\nHost: {HOST}:443\r\n\r\n".encode())
-buf = b""
-while b"\r\n\r\n" not in buf:
-    buf += s.recv(1)
-s = ssl.create_default_context().wrap_socket(s, server_hostname=HOST)
+WS_CLIENT = CLIENT_PRELUDE + r"""
+s = tunnel()
 s.sendall(f"GET /v1/ws HTTP/1.1\r\nHost: {HOST}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
           f"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
           f"x-api-key: dummy\r\n\r\n".encode())
-out = b""
-try:
-    while True:
-        d = s.recv(4096)
-        if not d:
-            break
-        out += d
-except OSError:
-    pass
-print(out)
+print(read_all(s))
 """
 
 
@@ -761,21 +720,7 @@ def test_websocket_close_frame_redacted_whole(airlock, workspace, tmp_path):
     """A close frame whose status code bytes start the key: the payload is
     redacted as one stream, the code bytes included, so the key is seen
     whole and never reaches the sandbox."""
-    up = TLSRawUpstream(ws_close_with_key, tmp_path / "certs")
-    try:
-        policy = tmp_path / "p.yaml"
-        policy.write_text("rules:\n  - host: api.example.test\n"
-                          "credentials:\n  - secret: key\n    host: api.example.test\n"
-                          "    header: x-api-key\n")
-        vault = write_vault(tmp_path)
-        put(workspace, "ws.py", WS_CLIENT, 0o755)
-        p = airlock.run("--policy", str(policy), "--vault", str(vault),
-                        "--upstream", f"api.example.test:443=127.0.0.1:{up.port}",
-                        "--upstream-ca", up.ca, "--workspace", str(workspace),
-                        "--", "/usr/bin/python3", "/workspace/ws.py", timeout=60)
-        sanitizer_clean(p.stderr)
-    finally:
-        up.close()
+    p = run_with_key_upstream(airlock, workspace, tmp_path, ws_close_with_key, WS_CLIENT)
     print(p.stdout.decode(errors="replace"))
     assert b"101 Switching" in p.stdout, p.stderr.decode()[-2000:]
     no_secret(p.stdout, "the sandbox's output")
@@ -861,18 +806,9 @@ def test_h2c_upgrade_is_not_passed_on(airlock, workspace, tmp_path):
         pytest.skip("python3-h2 is not installed here (an h2c upstream and client need it)")
     up = RawUpstream(h2c_server)
     up.seen = []
-    try:
-        policy = tmp_path / "p.yaml"
-        policy.write_text("rules:\n  - host: h2c.example.test\n    methods: [GET]\n"
-                          "    paths: [/public]\n")
-        put(workspace, "h2c.py", H2C_CLIENT, 0o755)
-        p = airlock.run("--policy", str(policy),
-                        "--upstream", f"h2c.example.test:80=127.0.0.1:{up.port}",
-                        "--workspace", str(workspace),
-                        "--", "/usr/bin/python3", "/workspace/h2c.py", timeout=60)
-        sanitizer_clean(p.stderr)
-    finally:
-        up.close()
+    p = run_with_plain_upstream(airlock, workspace, tmp_path, up, "h2c.example.test",
+                                "rules:\n  - host: h2c.example.test\n    methods: [GET]\n"
+                                "    paths: [/public]\n", H2C_CLIENT)
     print(p.stdout.decode(errors="replace"), up.seen)
     assert b"HEAD HTTP/1.1" in p.stdout, p.stderr.decode()[-2000:]
     undecided = [s for s in up.seen if s[0] == "h2" and s[2] != "/public"]
@@ -957,18 +893,10 @@ def test_method_override_is_decided_like_its_method(airlock, workspace, tmp_path
         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
 
     up = RawUpstream(serve)
-    try:
-        policy = tmp_path / "p.yaml"
-        policy.write_text("rules:\n  - host: ro.example.test\n    methods: [GET, POST]\n"
-                          "  - action: deny\n    host: ro.example.test\n    methods: [DELETE]\n")
-        put(workspace, "ov.py", OVERRIDE_CLIENT, 0o755)
-        p = airlock.run("--policy", str(policy),
-                        "--upstream", f"ro.example.test:80=127.0.0.1:{up.port}",
-                        "--workspace", str(workspace),
-                        "--", "/usr/bin/python3", "/workspace/ov.py", timeout=60)
-        sanitizer_clean(p.stderr)
-    finally:
-        up.close()
+    p = run_with_plain_upstream(airlock, workspace, tmp_path, up, "ro.example.test",
+                                "rules:\n  - host: ro.example.test\n    methods: [GET, POST]\n"
+                                "  - action: deny\n    host: ro.example.test\n"
+                                "    methods: [DELETE]\n", OVERRIDE_CLIENT)
     out = dict(l.split(" ", 1) for l in p.stdout.decode().splitlines() if " " in l)
     print(out, seen)
     assert out["plain-get"].startswith("HTTP/1.1 200"), out
@@ -1003,17 +931,8 @@ def test_interim_responses_never_reach_an_http10_client(airlock, workspace, tmp_
                   b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfinal")
 
     up = RawUpstream(serve)
-    try:
-        policy = tmp_path / "p.yaml"
-        policy.write_text("rules:\n  - host: one.example.test\n")
-        put(workspace, "i.py", INTERIM_CLIENT, 0o755)
-        p = airlock.run("--policy", str(policy),
-                        "--upstream", f"one.example.test:80=127.0.0.1:{up.port}",
-                        "--workspace", str(workspace),
-                        "--", "/usr/bin/python3", "/workspace/i.py", timeout=60)
-        sanitizer_clean(p.stderr)
-    finally:
-        up.close()
+    p = run_with_plain_upstream(airlock, workspace, tmp_path, up, "one.example.test",
+                                "rules:\n  - host: one.example.test\n", INTERIM_CLIENT)
     out = p.stdout.decode()
     assert out.startswith("HTTP/1.1 200"), out
     assert " 100 " not in out and " 103 " not in out and out.rstrip().endswith("final"), out
