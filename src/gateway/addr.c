@@ -26,6 +26,7 @@ static const struct range refused[] = {
 	{ "10.0.0.0/8", "private" },
 	{ "100.64.0.0/10", "shared address space (CGNAT)" },
 	{ "127.0.0.0/8", "loopback" },
+	{ "168.63.129.16/32", "Azure host services (WireServer): public, reached only by the VM" },
 	{ "169.254.0.0/16", "link-local (cloud metadata)" },
 	{ "172.16.0.0/12", "private" },
 	{ "192.0.0.0/24", "IETF protocol assignments" },

@@ -25,9 +25,11 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "common/buf.h"
 #include "gateway/ca.h"
 #include "gateway/decide.h"
 #include "gateway/engine.h"
+#include "gateway/github.h"
 #include "gateway/path.h"
 
 static bool span_copy(struct sv s, char *out, size_t size)
@@ -72,6 +74,18 @@ static void note_refused_head(struct conn *c, const struct gw_http_request *req)
 	}
 }
 
+/* The request asks for a WebSocket and nothing else. */
+static bool websocket_upgrade(const struct gw_http_request *req)
+{
+	size_t n = 0, ws = 0;
+	for (size_t i = 0; i < req->n_fields; i++)
+		if (sv_equal_ci_cstr(req->fields[i].name, "upgrade")) {
+			n++;
+			ws += sv_equal_ci_cstr(req->fields[i].value, "websocket");
+		}
+	return n == 1 && ws == 1;
+}
+
 /* Host[:port] from a Host field or authority, normalized; the default port when absent. */
 static int host_port(struct sv s, uint16_t dflt, char *host, size_t size, uint16_t *port)
 {
@@ -94,7 +108,11 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 	c->req_close = req->connection_close;
 	c->req_body = req->body;
 	c->req_left = req->content_length;
-	c->upgrade = req->upgrade;
+	/* Only to WebSocket: after any other upgrade (h2c) the connection
+	 * would carry requests the gateway never decides, and what comes back
+	 * could not be redacted. Such a request goes on without its upgrade,
+	 * as the plain request it also is (RFC 9110 7.8). */
+	c->upgrade = req->upgrade && websocket_upgrade(req);
 	c->http10 = req->http10;
 
 	/* No egress goes unaudited: past the log's limit nothing goes out. */
@@ -154,7 +172,7 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		c->cssl = ssl;
 		c->ctls = true;
 		bufferevent_setcb(tls, gw_client_read_cb, gw_client_write_cb, gw_client_event_cb, c);
-		c->w_tls = gw_watch_output(c->s, tls);
+		c->w_tls = gw_watch_bev(c->s, tls);
 		if (!c->w_tls) {
 			gw_conn_free(c);
 			return;
@@ -249,6 +267,31 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		return;
 	}
 	snprintf(c->reason, sizeof(c->reason), "%s", v.reason);
+	/* Servers that honour a method override act on the method it names:
+	 * it must be allowed as well (with the same credential). */
+	for (size_t i = 0; i < req->n_fields; i++) {
+		const struct gw_http_field *f = &req->fields[i];
+		if (!sv_equal_ci_cstr(f->name, "x-http-method-override") &&
+		    !sv_equal_ci_cstr(f->name, "x-http-method") &&
+		    !sv_equal_ci_cstr(f->name, "x-method-override"))
+			continue;
+		char m[sizeof(c->method)];
+		struct gw_verdict ov = { .allow = false };
+		struct gw_request_facts of = facts;
+		if (span_copy(f->value, m, sizeof(m)) && f->value.len > 0) {
+			for (char *q = m; *q; q++)
+				if (*q >= 'a' && *q <= 'z')
+					*q = (char)(*q - 'a' + 'A');
+			of.method = m;
+			gw_decide_request(cfg, e->policy, &of, &ov);
+		}
+		if (!ov.allow || ov.cred != v.cred || ov.check_push != v.check_push) {
+			evbuffer_drain(in, req->head_len);
+			gw_respond_error(c, 403, "a method override names a method this request may "
+					 "not use", false);
+			return;
+		}
+	}
 
 	/* The credential's value (the vault holds every one: checked at start). */
 	const struct gw_cred *cred = v.cred;
@@ -258,20 +301,16 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		secret = gw_vault_get(e->vault, cred->secret, &secret_len);
 	if (!secret)
 		cred = NULL;
-	if (cred && c->upgrade) {
-		/* What comes back is redacted: WebSocket frames can be, other
-		 * protocols (h2c, ...) cannot. */
-		bool websocket = false;
+	if (v.check_push) {
+		/* Its ref updates are read as sent: an encoded body is not. */
 		for (size_t i = 0; i < req->n_fields; i++)
-			if (sv_equal_ci_cstr(req->fields[i].name, "upgrade") &&
-			    sv_equal_ci_cstr(req->fields[i].value, "websocket"))
-				websocket = true;
-		if (!websocket) {
-			evbuffer_drain(in, req->head_len);
-			gw_respond_error(c, 501, "only a WebSocket upgrade can carry a credential",
-					 false);
-			return;
-		}
+			if (sv_equal_ci_cstr(req->fields[i].name, "content-encoding") &&
+			    !sv_equal_ci_cstr(req->fields[i].value, "identity")) {
+				evbuffer_drain(in, req->head_len);
+				gw_respond_error(c, 403, "a push's ref updates are checked: send them "
+						 "without Content-Encoding", false);
+				return;
+			}
 	}
 	c->cred_name = cred ? cred->secret : NULL;
 	if (cred && gw_redactor_new(e->vault, &c->red) < 0) {
@@ -282,10 +321,79 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 	gw_build_upstream_head(c, req, c->path, query, query_len, cred, secret, secret_len);
 	c->bytes_up = evbuffer_get_length(c->pending);
 	evbuffer_drain(in, req->head_len);
-	if (c->req_body == GW_BODY_NONE || (c->req_body == GW_BODY_LENGTH && c->req_left == 0))
+	if (c->req_body == GW_BODY_NONE || (c->req_body == GW_BODY_LENGTH && c->req_left == 0)) {
 		c->req_done = true;
-	else if (c->ctls)
+		gw_client_read_limit(c, READ_HOLD);
+	} else if (c->ctls) {
 		bufferevent_set_max_single_read(c->cbev, READ_LARGE); /* a body follows */
+	}
+	if (v.check_push && !c->req_done) {
+		/* Step 3: a git push goes on once its ref updates are checked. */
+		c->phase = P_INSPECT;
+		gw_arm_timer(c, HEAD_DEADLINE_MS);
+		gw_process_client(c);
+		return;
+	}
+	if (v.check_push) {
+		gw_respond_error(c, 403, "malformed push request", false);
+		return;
+	}
+	gw_upstream_start(c);
+}
+
+static int gather_body(const char *p, size_t n, void *ud)
+{
+	return buf_append(ud, p, n) < 0 ? -1 : 0;
+}
+
+/*
+ * A push's ref updates, read from the start of its body without taking
+ * it from the input: the body goes on unchanged once they are allowed.
+ */
+static void inspect_push(struct conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->cbev);
+	size_t avail = evbuffer_get_length(in);
+	const char *why = NULL;
+	int r;
+	if (c->req_body == GW_BODY_LENGTH) {
+		size_t n = (uint64_t)avail < c->req_left ? avail : (size_t)c->req_left;
+		if (n > GW_GITHUB_PUSH_HEAD_MAX)
+			n = GW_GITHUB_PUSH_HEAD_MAX;
+		const char *p = n ? (const char *)evbuffer_pullup(in, (ssize_t)n) : "";
+		r = gw_github_push_check(p, n, n == c->req_left, GW_GITHUB_BRANCH_PREFIX, &why);
+	} else {
+		/* Chunked: the data of the chunks so far, taken out of their
+		 * framing again at each look (bounded: twice the limit). */
+		size_t n = avail < 2 * GW_GITHUB_PUSH_HEAD_MAX ? avail : 2 * GW_GITHUB_PUSH_HEAD_MAX;
+		const char *p = n ? (const char *)evbuffer_pullup(in, (ssize_t)n) : "";
+		struct gw_chunked ch = { 0 };
+		struct buf data = BUF_INIT(GW_GITHUB_PUSH_HEAD_MAX + 65536);
+		size_t used = 0;
+		int cr = gw_chunked_feed(&ch, p, n, &used, gather_body, &data);
+		if (cr < 0 && data.len < GW_GITHUB_PUSH_HEAD_MAX) {
+			r = -1;
+			why = "malformed chunked request body";
+		} else {
+			r = gw_github_push_check(data.data ? data.data : "", data.len, cr == 1,
+						 GW_GITHUB_BRANCH_PREFIX, &why);
+		}
+		if (r == 0 && n == 2 * GW_GITHUB_PUSH_HEAD_MAX) {
+			r = -1;
+			why = "a push's ref updates are too long";
+		}
+		buf_free(&data);
+	}
+	if (r == 0) {
+		bufferevent_enable(c->cbev, EV_READ);
+		return;
+	}
+	evtimer_del(c->timer);
+	if (r < 0) {
+		c->cred_name = NULL; /* the head that carries it never goes */
+		gw_respond_error(c, 403, why, false);
+		return;
+	}
 	gw_upstream_start(c);
 }
 
@@ -317,8 +425,10 @@ static void pump_request_body(struct conn *c)
 			size_t avail = evbuffer_get_length(in);
 			take = (uint64_t)avail < c->req_left ? avail : (size_t)c->req_left;
 			c->req_left -= take;
-			if (c->req_left == 0)
+			if (c->req_left == 0) {
 				c->req_done = true;
+				gw_client_read_limit(c, READ_HOLD);
+			}
 		} else {
 			struct evbuffer_iovec v;
 			if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
@@ -340,6 +450,7 @@ static void pump_request_body(struct conn *c)
 				/* The last chunk, with no trailer. */
 				evbuffer_add(out, "0\r\n\r\n", 5);
 				c->req_done = true;
+				gw_client_read_limit(c, READ_HOLD);
 			}
 			continue;
 		}
@@ -379,7 +490,12 @@ void gw_process_client(struct conn *c)
 			int r = gw_http_parse_request(p, want, req);
 			if (r == 0) {
 				free(req);
-				bufferevent_enable(c->cbev, EV_READ);
+				/* Half a head counts against the sandbox's buffers too:
+				 * over them, the rest waits in the kernel. */
+				if (gw_over_budget(c))
+					bufferevent_disable(c->cbev, EV_READ);
+				else
+					bufferevent_enable(c->cbev, EV_READ);
 				return;
 			}
 			evtimer_del(c->timer);
@@ -402,6 +518,9 @@ void gw_process_client(struct conn *c)
 			free(req);
 			return;
 		}
+		case P_INSPECT:
+			inspect_push(c);
+			return;
 		case P_RESOLVE:
 			return;
 		case P_FORWARD:
@@ -498,7 +617,8 @@ void gw_client_event_cb(struct bufferevent *bev, short what, void *ud)
 	if (c->ctls && !c->tls_up)
 		audit_tls_failure(c, bev);
 	/* EOF, error or timeout: the client is gone or stuck. */
-	if (!c->audited && c->method[0] && (c->phase == P_FORWARD || c->phase == P_RESOLVE)) {
+	if (!c->audited && c->method[0] &&
+	    (c->phase == P_FORWARD || c->phase == P_RESOLVE || c->phase == P_INSPECT)) {
 		snprintf(c->reason, sizeof(c->reason), "client went away");
 		gw_audit(c, "allow");
 	}
@@ -646,7 +766,7 @@ void gw_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	bufferevent_setcb(c->cbev, gw_client_read_cb, gw_client_write_cb, gw_client_event_cb, c);
-	c->w_client = gw_watch_output(s, c->cbev);
+	c->w_client = gw_watch_bev(s, c->cbev);
 	if (!c->w_client) {
 		gw_conn_free(c);
 		return;

@@ -711,6 +711,20 @@ int gw_config_add_secret_forms(const struct gw_config *cfg, struct gw_vault *v,
 			for (int lower = 0; lower < 2 && r == 0; lower++) {
 				enc_percent(secret, len, lower, pct);
 				r = gw_vault_add_form(v, pct, strlen(pct));
+				/* And as a form would echo it: a space as '+'. */
+				if (r == 0 && memchr(secret, ' ', len)) {
+					size_t o = 0;
+					for (size_t k = 0; pct[k]; k++) {
+						if (memcmp(pct + k, "%20", 3) == 0) {
+							pct[o++] = '+';
+							k += 2;
+						} else {
+							pct[o++] = pct[k];
+						}
+					}
+					pct[o] = '\0';
+					r = gw_vault_add_form(v, pct, o);
+				}
 			}
 			explicit_bzero(pct, 3 * len + 1);
 		}

@@ -43,7 +43,7 @@ static const char *status_text(int status)
 	}
 }
 
-/* ---- budgets: every output buffer reports what it holds ---- */
+/* ---- budgets: every buffer reports what it holds ---- */
 
 static void unpause(struct conn *list)
 {
@@ -85,15 +85,19 @@ static void budget_cb(struct evbuffer *buf, const struct evbuffer_cb_info *info,
 	}
 }
 
-struct gw_watch *gw_watch_output(struct gw_sbx *s, struct bufferevent *bev)
+struct gw_watch *gw_watch_bev(struct gw_sbx *s, struct bufferevent *bev)
 {
 	struct gw_watch *w = calloc(1, sizeof(*w));
 	if (!w)
 		return NULL;
 	w->s = s;
-	w->buf = bufferevent_get_output(bev);
-	w->ent = evbuffer_add_cb(w->buf, budget_cb, w);
-	if (!w->ent) {
+	w->out = bufferevent_get_output(bev);
+	w->in = bufferevent_get_input(bev);
+	w->ent_out = evbuffer_add_cb(w->out, budget_cb, w);
+	w->ent_in = w->ent_out ? evbuffer_add_cb(w->in, budget_cb, w) : NULL;
+	if (!w->ent_in) {
+		if (w->ent_out)
+			evbuffer_remove_cb_entry(w->out, w->ent_out);
 		free(w);
 		return NULL;
 	}
@@ -106,7 +110,8 @@ void gw_unwatch(struct gw_watch *w)
 		return;
 	struct gw_sbx *s = w->s;
 	struct gw_engine *e = s->e;
-	evbuffer_remove_cb_entry(w->buf, w->ent);
+	evbuffer_remove_cb_entry(w->out, w->ent_out);
+	evbuffer_remove_cb_entry(w->in, w->ent_in);
 	e->queued -= w->counted <= e->queued ? w->counted : e->queued;
 	s->queued -= w->counted <= s->queued ? w->counted : s->queued;
 	free(w);
@@ -117,6 +122,12 @@ void gw_bev_free(struct bufferevent *bev)
 {
 	if (bev)
 		bufferevent_free(bev);
+}
+
+void gw_client_read_limit(struct conn *c, size_t high)
+{
+	if (c->cbev)
+		bufferevent_setwatermark(c->cbev, EV_READ, 0, high);
 }
 
 bool gw_over_budget(struct conn *c)
@@ -242,6 +253,7 @@ void gw_respond_error(struct conn *c, int status, const char *reason, bool keep)
 	}
 	/* Next request on this connection. */
 	c->phase = P_HEAD;
+	gw_client_read_limit(c, CONN_HIGH_WATER);
 	c->head_started = false;
 	gw_arm_timer(c, IDLE_TIMEOUT_MS);
 	gw_process_client(c);
@@ -261,6 +273,7 @@ void gw_reset_request(struct conn *c)
 	memset(&c->req_ch, 0, sizeof(c->req_ch));
 	c->req_done = false;
 	c->resp_head_done = c->resp_done = false;
+	c->interim = 0;
 	c->resp_body = GW_BODY_NONE;
 	c->resp_left = 0;
 	memset(&c->resp_ch, 0, sizeof(c->resp_ch));
@@ -277,6 +290,7 @@ void gw_reset_request(struct conn *c)
 	c->up_gone = 0;
 	if (c->ctls && c->cbev)
 		bufferevent_set_max_single_read(c->cbev, READ_SMALL); /* waiting for a head */
+	gw_client_read_limit(c, CONN_HIGH_WATER);
 	gw_ws_free(c->ws);
 	c->ws = NULL;
 	c->rechunk = c->unframed = c->close_after = c->reused = false;
@@ -313,6 +327,10 @@ void gw_timer_cb(evutil_socket_t fd, short what, void *ud)
 	}
 	if (c->phase == P_HEAD && c->head_started) {
 		gw_respond_error(c, 408, "the request head took too long", false);
+		return;
+	}
+	if (c->phase == P_INSPECT) {
+		gw_respond_error(c, 408, "the push's ref updates took too long to come", false);
 		return;
 	}
 	gw_conn_free(c);

@@ -30,6 +30,14 @@ void gw_decide_tunnel(const struct gw_config *cfg, const struct gw_policy *polic
 		      const char *host, uint16_t port, struct gw_verdict *ret)
 {
 	*ret = (struct gw_verdict){ .allow = true, .generation = policy ? policy->generation : 0 };
+	const char *denied = gw_policy_host_denied(policy, host);
+	if (denied) {
+		ret->allow = false;
+		ret->status = 403;
+		ret->rule = denied;
+		ret->reason = "denied by rule";
+		return;
+	}
 	if (cfg->mode == GW_MODE_OPEN) {
 		ret->rule = "open";
 		ret->reason = "network open";
@@ -48,12 +56,13 @@ void gw_decide_request(const struct gw_config *cfg, const struct gw_policy *poli
 		       const struct gw_request_facts *rq, struct gw_verdict *ret)
 {
 	*ret = (struct gw_verdict){ .allow = true, .generation = policy ? policy->generation : 0 };
-	if (cfg->mode == GW_MODE_OPEN) {
+	struct gw_decision d;
+	gw_policy_decide(policy, rq->method, rq->host, rq->port, rq->path, &d);
+	if (cfg->mode == GW_MODE_OPEN && (d.allow || !d.rule)) {
+		/* Open: what no deny rule names is allowed. */
 		ret->rule = "open";
 		ret->reason = "network open";
 	} else {
-		struct gw_decision d;
-		gw_policy_decide(policy, rq->method, rq->host, rq->port, rq->path, &d);
 		ret->rule = d.rule;
 		ret->generation = d.generation;
 		ret->reason = d.reason;
@@ -79,10 +88,11 @@ void gw_decide_request(const struct gw_config *cfg, const struct gw_policy *poli
 			if (!g->admin && gw_github_needs_admin(rq->host, rq->method, rq->path)) {
 				ret->allow = false;
 				ret->status = 403;
-				ret->reason = "this GitHub endpoint administers, creates, deletes, publishes "
-					      "or merges: it needs a github-admin:OWNER/REPO grant";
+				ret->reason = "this GitHub endpoint administers, creates, deletes, publishes, "
+					      "approves or merges: it needs a github-admin:OWNER/REPO grant";
 				return;
 			}
+			ret->check_push = !g->admin && gw_github_is_push(rq->host, rq->method, rq->path);
 		}
 	}
 	/* Never in clear text. */
@@ -92,7 +102,7 @@ void gw_decide_request(const struct gw_config *cfg, const struct gw_policy *poli
 bool gw_decision_uses_path(const struct gw_config *cfg, const struct gw_policy *policy,
 			   const char *host, uint16_t port)
 {
-	if (cfg->mode != GW_MODE_OPEN && gw_policy_paths_matter(policy, host, port))
+	if (gw_policy_paths_matter(policy, host, port))
 		return true;
 	for (size_t i = 0; i < cfg->n_creds; i++) {
 		const struct gw_cred *cr = &cfg->creds[i];

@@ -11,6 +11,8 @@
  *   2. gw_decide_request: each request inside the tunnel (and every plain
  *      HTTP request), on method, host, port and canonical path, with the
  *      credential it carries.
+ * Under --network open every public host is allowed, but the policy's
+ * deny rules still deny (a whole-host deny in step 1 too).
  */
 #pragma once
 
@@ -26,6 +28,9 @@ struct gw_verdict {
 	uint64_t generation;        /* the policy generation that decided */
 	const char *reason;         /* static text for the client and the audit line */
 	const struct gw_cred *cred; /* allowed requests: the credential to inject, or NULL */
+	/* A git push under a plain GitHub grant: allowed only once its ref
+	 * updates are read and checked (gw_github_push_check). */
+	bool check_push;
 };
 
 /* Step 1. port 0: any port (the DNS stub's question). */

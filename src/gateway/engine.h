@@ -43,7 +43,8 @@
  */
 #define READ_SMALL 1024
 #define READ_LARGE (16 * 1024)
-#define GLOBAL_BUDGET (64ull << 20)   /* bytes queued in all output buffers */
+#define READ_HOLD 4096
+#define GLOBAL_BUDGET (64ull << 20)   /* bytes queued in all connection buffers */
 /* Timeouts come from the configuration (limits:, see config.c). */
 #define HEAD_DEADLINE_MS (c->e->cfg->head_ms)
 #define IDLE_TIMEOUT_MS (c->e->cfg->idle_ms)
@@ -70,7 +71,7 @@ struct gw_engine {
 	SSL_CTX *srv_ctx, *up_ctx;
 	X509_STORE *store;       /* up_ctx's */
 	struct {
-		char key[GW_HOST_MAX + 10]; /* host:port */
+		char key[GW_SANDBOX_ID_MAX + GW_HOST_MAX + 12]; /* sandbox host:port */
 		SSL_SESSION *sess;
 	} sessions[SESSION_CACHE];
 	unsigned next_session;
@@ -84,7 +85,7 @@ struct gw_engine {
 	struct gw_cidr *own; /* the host's own addresses when the gateway started */
 	size_t n_own;
 	bool bind_probe;     /* the host does not let anything bind to any address */
-	uint64_t queued;     /* bytes in all output buffers */
+	uint64_t queued;     /* bytes in all connection buffers */
 	struct conn *paused; /* connections waiting for the global budget */
 };
 
@@ -141,7 +142,7 @@ struct gw_sbx {
 	struct evconnlistener *control; /* root's socket for policy changes */
 	struct conn *conns;
 	size_t n_conns;
-	uint64_t queued;     /* bytes in this sandbox's output buffers */
+	uint64_t queued;     /* bytes in this sandbox's connection buffers */
 	struct conn *paused; /* its connections waiting for its own budget */
 	struct pooled *pool; /* idle upstream connections, this sandbox's only */
 	size_t n_pool;
@@ -149,7 +150,7 @@ struct gw_sbx {
 };
 
 /*
- * An output buffer whose bytes count against the budgets (the engine's and
+ * A bufferevent whose buffers' bytes count against the budgets (the engine's and
  * its sandbox's). The record, not the connection, is the callback's
  * argument, and it is unwatched (its count given back, the callback
  * removed) before its buffer goes: libevent may run buffer callbacks
@@ -157,9 +158,9 @@ struct gw_sbx {
  */
 struct gw_watch {
 	struct gw_sbx *s;
-	struct evbuffer *buf;
-	struct evbuffer_cb_entry *ent;
-	uint64_t counted; /* what this buffer holds, as reported so far */
+	struct evbuffer *in, *out;
+	struct evbuffer_cb_entry *ent_in, *ent_out;
+	uint64_t counted; /* what the two buffers hold, as reported so far */
 };
 
 /* An idle kept-alive upstream connection waiting for its next request. */
@@ -170,6 +171,7 @@ struct pooled {
 	char host[GW_HOST_MAX + 3];
 	uint16_t port;
 	bool tls;
+	bool cred; /* it has carried a credential: only credentialed requests take it */
 	struct pooled *next;
 };
 
@@ -177,6 +179,7 @@ enum conn_kind { CK_PROXY = 0, CK_HTTP, CK_HTTPS };
 
 enum phase {
 	P_HEAD = 0, /* waiting for a request head */
+	P_INSPECT,  /* reading the start of the body before deciding (git push) */
 	P_RESOLVE,  /* looking the upstream up */
 	P_FORWARD,  /* request and response under way */
 	P_TUNNEL,   /* after 101: bytes both ways */
@@ -228,12 +231,18 @@ struct conn {
 	char up_host[GW_HOST_MAX + 3];
 	uint16_t up_port;
 	bool up_tls, up_connected, up_reusable;
+	/* This upstream connection has carried a credential. Should it ever
+	 * get out of step with its requests (an upstream answering twice),
+	 * what it sends may be the answer to that request: it then serves
+	 * only requests whose responses are redacted. */
+	bool up_cred;
 	/* The upstream ended (1: EOF, 2: error or timeout) while bytes it sent
 	 * may still wait in its input buffer for the client. */
 	int up_gone;
 
 	/* The response. */
 	bool resp_head_done, resp_done;
+	unsigned interim;          /* 1xx heads before the final one */
 	enum gw_http_body resp_body;
 	uint64_t resp_left;
 	struct gw_chunked resp_ch;
@@ -270,7 +279,12 @@ void gw_timer_cb(evutil_socket_t fd, short what, void *ud);
 double gw_ms_since(const struct timespec *t0);
 void gw_bev_free(struct bufferevent *bev);
 bool gw_over_budget(struct conn *c);
-struct gw_watch *gw_watch_output(struct gw_sbx *s, struct bufferevent *bev);
+/* How much of the client's bytes the gateway reads ahead: CONN_HIGH_WATER
+ * while a head or a body is read, READ_HOLD while a request waits for its
+ * response (the next one's bytes wait in the kernel, not here). */
+void gw_client_read_limit(struct conn *c, size_t high);
+/* Counts what a bufferevent's input and output buffers hold. */
+struct gw_watch *gw_watch_bev(struct gw_sbx *s, struct bufferevent *bev);
 /* Gives back what the buffer counted and removes the callback; NULL is fine. */
 void gw_unwatch(struct gw_watch *w);
 /* Frees c's upstream connection (unwatched first); c->ubev is NULL after. */

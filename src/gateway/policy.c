@@ -497,6 +497,16 @@ bool gw_policy_paths_matter(const struct gw_policy *p, const char *host, uint16_
 	return false;
 }
 
+const char *gw_policy_host_denied(const struct gw_policy *p, const char *host)
+{
+	for (size_t i = 0; p && i < p->n_rules; i++) {
+		const struct gw_rule *r = &p->rules[i];
+		if (r->deny && !r->port && !r->n_methods && !r->n_paths && host_matches(r, host))
+			return r->id;
+	}
+	return NULL;
+}
+
 bool gw_policy_host_may_allow(const struct gw_policy *p, const char *host, uint16_t port)
 {
 	if (!p)

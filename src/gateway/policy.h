@@ -84,6 +84,10 @@ int gw_policy_from_doc(const struct config_doc *doc, const char *const *other_ke
 int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
 		       struct al_error *err);
 
+/* The id of a deny rule that refuses the whole host (any port, method and
+ * path), or NULL. */
+const char *gw_policy_host_denied(const struct gw_policy *p, const char *host);
+
 /* Whether some request to host (and port; 0: any) could be allowed: some
  * allow rule matches the host and no deny rule refuses the whole host.
  * For the DNS stub's answers and for refusing a CONNECT early. */

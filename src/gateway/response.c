@@ -31,6 +31,9 @@
 
 /* Largest decoded body of a credentialed response. */
 #define GW_DECODED_BODY_MAX (1ull << 30)
+/* Interim (1xx) responses to one request: 100 Continue and 103 Early
+ * Hints come once or twice; more than this is an upstream flooding. */
+#define GW_INTERIM_MAX 16
 
 /* The last stage: our framing. */
 static int emit_chunk(const char *p, size_t n, void *ud)
@@ -119,6 +122,10 @@ static void write_response_head(struct conn *c, const struct gw_http_response *r
 		/* No extension on a redacted WebSocket (checked before). */
 		if (switching && c->red && sv_equal_ci_cstr(f->name, "sec-websocket-extensions"))
 			continue;
+		/* A field's name cannot be redacted into another valid name:
+		 * one that carries a secret goes. */
+		if (c->red && gw_vault_contains(c->e->vault, f->name.p, f->name.len))
+			continue;
 		evbuffer_add(out, f->name.p, f->name.len);
 		evbuffer_add(out, ": ", 2);
 		if (c->red) {
@@ -134,14 +141,8 @@ static void write_response_head(struct conn *c, const struct gw_http_response *r
 		evbuffer_add(out, "\r\n", 2);
 	}
 	if (switching) {
-		for (size_t i = 0; i < res->n_fields; i++)
-			if (sv_equal_ci_cstr(res->fields[i].name, "upgrade")) {
-				evbuffer_add(out, "Upgrade: ", 9);
-				evbuffer_add(out, res->fields[i].value.p, res->fields[i].value.len);
-				evbuffer_add(out, "\r\n", 2);
-				break;
-			}
-		evbuffer_add(out, "Connection: Upgrade\r\n", 21);
+		/* Checked to be exactly this (websocket_switch). */
+		evbuffer_add(out, "Upgrade: websocket\r\nConnection: Upgrade\r\n", 41);
 	} else if (res->status >= 200) {
 		if (c->rechunk)
 			evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
@@ -242,21 +243,21 @@ static int choose_framing(struct conn *c, const struct gw_http_response *res)
 	return 0;
 }
 
-/* A WebSocket after an upgrade that carried a credential: no extension
- * (the request offered none), and the frames redacted from here on. */
-static int start_redacted_websocket(struct conn *c, const struct gw_http_response *res)
+/* The 101 switches to a WebSocket and nothing else (one Upgrade field,
+ * "websocket"); after a credentialed upgrade also with no extension (the
+ * request offered none). */
+static bool websocket_switch(const struct conn *c, const struct gw_http_response *res)
 {
-	bool websocket = false;
+	size_t n = 0, ws = 0;
 	for (size_t i = 0; i < res->n_fields; i++) {
-		if (sv_equal_ci_cstr(res->fields[i].name, "sec-websocket-extensions"))
-			return -1;
-		if (sv_equal_ci_cstr(res->fields[i].name, "upgrade") &&
-		    sv_equal_ci_cstr(res->fields[i].value, "websocket"))
-			websocket = true;
+		if (c->red && sv_equal_ci_cstr(res->fields[i].name, "sec-websocket-extensions"))
+			return false;
+		if (sv_equal_ci_cstr(res->fields[i].name, "upgrade")) {
+			n++;
+			ws += sv_equal_ci_cstr(res->fields[i].value, "websocket");
+		}
 	}
-	if (!websocket || gw_ws_new(c->e->vault, &c->ws) < 0)
-		return -1;
-	return 0;
+	return n == 1 && ws == 1;
 }
 
 static int ws_out(const char *p, size_t n, void *ud)
@@ -308,8 +309,18 @@ static bool response_head(struct conn *c, struct evbuffer *in)
 	}
 	c->status = res->status;
 	if (res->status >= 100 && res->status < 200 && res->status != 101) {
-		/* Interim (100 Continue): passed on, the final one follows. */
-		write_response_head(c, res, p);
+		/* Interim (100 Continue, 103 Early Hints): passed on, the final
+		 * one follows. A few per request; an upstream that sends them
+		 * without end is answered with 502. An HTTP/1.0 client gets
+		 * none (it does not know them). */
+		if (++c->interim > GW_INTERIM_MAX) {
+			free(res);
+			gw_respond_error(c, 502, "the upstream sent interim responses without end",
+					 false);
+			return false;
+		}
+		if (!c->http10)
+			write_response_head(c, res, p);
 		evbuffer_drain(in, res->head_len);
 		free(res);
 		return true;
@@ -320,12 +331,19 @@ static bool response_head(struct conn *c, struct evbuffer *in)
 			gw_respond_error(c, 502, "upstream switched protocols unasked", false);
 			return false;
 		}
-		if (c->red && start_redacted_websocket(c, res) < 0) {
+		if (!websocket_switch(c, res)) {
 			free(res);
 			gw_respond_error(c, 502,
-					 "the upstream switched a request with a credential to a "
-					 "protocol or extension the gateway cannot redact",
+					 c->red ? "the upstream switched a request with a credential to a "
+						  "protocol or extension the gateway cannot redact"
+						: "the upstream switched to another protocol than WebSocket",
 					 false);
+			return false;
+		}
+		/* After a credentialed upgrade the frames are redacted. */
+		if (c->red && gw_ws_new(c->e->vault, &c->ws) < 0) {
+			free(res);
+			gw_respond_error(c, 502, "out of memory", false);
 			return false;
 		}
 		write_response_head(c, res, p);
@@ -334,6 +352,7 @@ static bool response_head(struct conn *c, struct evbuffer *in)
 		c->resp_head_done = true;
 		gw_audit(c, "allow");
 		c->phase = P_TUNNEL;
+		gw_client_read_limit(c, CONN_HIGH_WATER);
 		bufferevent_set_timeouts(c->ubev, NULL, NULL);
 		if (c->ctls)
 			bufferevent_set_max_single_read(c->cbev, READ_LARGE);
@@ -359,9 +378,16 @@ static void pump_response_inner(struct conn *c)
 {
 	struct evbuffer *out = bufferevent_get_output(c->cbev);
 	struct evbuffer *acc = c->acc;
-	while (c->phase == P_FORWARD && !c->resp_head_done && c->ubev)
+	while (c->phase == P_FORWARD && !c->resp_head_done && c->ubev) {
+		/* Interim heads queue for the client too: within its bounds. */
+		if (evbuffer_get_length(out) + evbuffer_get_length(acc) >= CONN_HIGH_WATER ||
+		    gw_over_budget(c)) {
+			bufferevent_disable(c->ubev, EV_READ);
+			return;
+		}
 		if (!response_head(c, bufferevent_get_input(c->ubev)))
 			return;
+	}
 	if (c->phase == P_TUNNEL) {
 		struct evbuffer *in = bufferevent_get_input(c->ubev);
 		if (evbuffer_get_length(out) >= CONN_HIGH_WATER || gw_over_budget(c)) {

@@ -62,7 +62,11 @@ void gw_release_upstream(struct conn *c)
 	struct bufferevent *bev = c->ubev;
 	if (!bev)
 		return;
-	bool clean = c->up_reusable && c->up_connected && (c->resp_done || !c->method[0]) &&
+	/* In step only after a whole exchange: a response that came before
+	 * all of its request's body leaves the upstream waiting for the rest,
+	 * and the next request's head would be read as that body. */
+	bool clean = c->up_reusable && c->up_connected &&
+		     ((c->resp_done && c->req_done) || !c->method[0]) &&
 		     evbuffer_get_length(bufferevent_get_input(bev)) == 0 &&
 		     evbuffer_get_length(bufferevent_get_output(bev)) == 0;
 	struct pooled *p = clean && c->s->n_pool < POOL_MAX ? calloc(1, sizeof(*p)) : NULL;
@@ -78,6 +82,7 @@ void gw_release_upstream(struct conn *c)
 	snprintf(p->host, sizeof(p->host), "%s", c->up_host);
 	p->port = c->up_port;
 	p->tls = c->up_tls;
+	p->cred = c->up_cred;
 	p->next = c->s->pool;
 	c->s->pool = p;
 	c->s->n_pool++;
@@ -89,16 +94,21 @@ void gw_release_upstream(struct conn *c)
 	bufferevent_enable(bev, EV_READ);
 }
 
-/* An idle upstream connection to host:port, taken out of the pool (with
- * its budget record, into *ret_w). */
+/* An idle upstream connection to host:port that nothing has come from
+ * since, taken out of the pool (with its budget record, into *ret_w, and
+ * whether it carried a credential); one that carried a credential only for
+ * a request with one. */
 static struct bufferevent *pool_take(struct gw_sbx *s, const char *host, uint16_t port, bool tls,
-				     struct gw_watch **ret_w)
+				     bool credentialed, struct gw_watch **ret_w, bool *ret_cred)
 {
 	for (struct pooled *p = s->pool; p; p = p->next)
-		if (p->port == port && p->tls == tls && strcmp(p->host, host) == 0) {
+		if (p->port == port && p->tls == tls && strcmp(p->host, host) == 0 &&
+		    (!p->cred || credentialed) &&
+		    evbuffer_get_length(bufferevent_get_input(p->bev)) == 0) {
 			struct bufferevent *bev = p->bev;
 			p->bev = NULL;
 			*ret_w = p->w;
+			*ret_cred = p->cred;
 			for (struct pooled **pp = &s->pool; *pp; pp = &(*pp)->next)
 				if (*pp == p) {
 					*pp = p->next;
@@ -182,6 +192,9 @@ void gw_build_upstream_head(struct conn *c, const struct gw_http_request *req,
 			continue;
 		if (replaced && sv_equal_ci_cstr(f->name, replaced))
 			continue;
+		/* Meaningful only with an h2c upgrade, which never goes on. */
+		if (sv_equal_ci_cstr(f->name, "http2-settings"))
+			continue;
 		/* With a credential on board, ask for an identity body so an
 		 * echo of it can be redacted. */
 		if (cred && sv_equal_ci_cstr(f->name, "accept-encoding"))
@@ -222,16 +235,8 @@ void gw_build_upstream_head(struct conn *c, const struct gw_http_request *req,
 		evbuffer_add(out, "Accept-Encoding: identity\r\n", 27);
 	if (req->body == GW_BODY_CHUNKED)
 		evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
-	if (c->upgrade) {
-		for (size_t i = 0; i < req->n_fields; i++)
-			if (sv_equal_ci_cstr(req->fields[i].name, "upgrade")) {
-				evbuffer_add(out, "Upgrade: ", 9);
-				evbuffer_add(out, req->fields[i].value.p, req->fields[i].value.len);
-				evbuffer_add(out, "\r\n", 2);
-				break;
-			}
-		evbuffer_add(out, "Connection: Upgrade\r\n", 21);
-	}
+	if (c->upgrade) /* WebSocket only (client.c) */
+		evbuffer_add(out, "Upgrade: websocket\r\nConnection: Upgrade\r\n", 41);
 	evbuffer_add(out, "\r\n", 2);
 }
 
@@ -341,10 +346,13 @@ static int new_session_cb(SSL *ssl, SSL_SESSION *sess)
 	return 1; /* the reference is ours now */
 }
 
-static void session_attach(struct gw_engine *e, SSL *ssl, const char *host, uint16_t port)
+/* Sessions are resumed within a sandbox only: a resumed session would
+ * tell an upstream that two sandboxes are the same client. */
+static void session_attach(struct gw_engine *e, SSL *ssl, const struct gw_sbx *s,
+			   const char *host, uint16_t port)
 {
-	char key[GW_HOST_MAX + 10];
-	snprintf(key, sizeof(key), "%s:%u", host, (unsigned)port);
+	char key[sizeof(e->sessions[0].key)];
+	snprintf(key, sizeof(key), "%s %s:%u", s->id, host, (unsigned)port);
 	char *k = strdup(key);
 	if (!k || !SSL_set_ex_data(ssl, e->session_key_idx, k)) {
 		free(k);
@@ -426,7 +434,7 @@ static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_
 			SSL_set_tlsext_host_name(ssl, c->up_host);
 			SSL_set1_host(ssl, c->up_host);
 		}
-		session_attach(e, ssl, c->up_host, c->up_port);
+		session_attach(e, ssl, c->s, c->up_host, c->up_port);
 		c->ubev = bufferevent_openssl_socket_new(e->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
 							 opts);
 	} else {
@@ -438,7 +446,7 @@ static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_
 	}
 	c->up_connected = false;
 	bufferevent_setcb(c->ubev, up_read_cb, up_write_cb, up_event_cb, c);
-	c->w_up = gw_watch_output(c->s, c->ubev);
+	c->w_up = gw_watch_bev(c->s, c->ubev);
 	if (!c->w_up) {
 		gw_bev_free(c->ubev);
 		c->ubev = NULL;
@@ -475,11 +483,15 @@ void gw_upstream_start(struct conn *c)
 {
 	struct gw_engine *e = c->e;
 	const struct gw_config *cfg = e->cfg;
-	/* The same upstream as the last request: go on on that connection. */
+	bool credentialed = c->cred_name != NULL;
+	/* The same upstream as the last request: go on on that connection,
+	 * if nothing came from it since its last response. */
 	if (c->ubev && c->up_reusable && strcmp(c->up_host, c->host) == 0 &&
-	    c->up_port == c->port && c->up_tls == c->ctls) {
+	    c->up_port == c->port && c->up_tls == c->ctls && (!c->up_cred || credentialed) &&
+	    evbuffer_get_length(bufferevent_get_input(c->ubev)) == 0) {
 		c->phase = P_FORWARD;
 		c->reused = true;
+		c->up_cred |= credentialed;
 		/* The upstream may have closed it just now: an idempotent
 		 * request without a body can go again on a fresh connection
 		 * (RFC 9112 9.3.1). A POST never does: the upstream may have
@@ -499,11 +511,15 @@ void gw_upstream_start(struct conn *c)
 	c->up_port = c->port;
 	c->up_tls = c->ctls;
 	c->up_reusable = false;
+	c->up_cred = false;
 	/* An idle connection to the same upstream, left by an earlier client
 	 * connection of this sandbox: no new TCP or TLS handshake. */
 	struct gw_watch *pw = NULL;
-	struct bufferevent *pooled = pool_take(c->s, c->host, c->port, c->ctls, &pw);
+	bool pooled_cred = false;
+	struct bufferevent *pooled =
+		pool_take(c->s, c->host, c->port, c->ctls, credentialed, &pw, &pooled_cred);
 	if (pooled) {
+		c->up_cred = pooled_cred;
 		c->ubev = pooled;
 		c->w_up = pw;
 		if (c->ctls)
@@ -516,6 +532,7 @@ void gw_upstream_start(struct conn *c)
 		gw_upstream_start(c);
 		return;
 	}
+	c->up_cred = credentialed;
 	const struct gw_upstream *u = gw_config_upstream(cfg, c->host, c->port);
 	if (u) {
 		/* The operator's own routing: not vetted. */
@@ -574,7 +591,7 @@ static void up_read_cb(struct bufferevent *bev, void *ud)
 	if (c->phase == P_FORWARD || c->phase == P_TUNNEL)
 		gw_pump_response(c);
 	else
-		evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+		gw_up_free(c); /* bytes no request asked for: the connection is out of step */
 }
 
 static void up_write_cb(struct bufferevent *bev, void *ud)

@@ -343,6 +343,16 @@ size_t gw_vault_count(const struct gw_vault *v)
 	return v ? v->n_secrets : 0;
 }
 
+bool gw_vault_contains(const struct gw_vault *v, const char *p, size_t n)
+{
+	if (!v || !p)
+		return false;
+	for (size_t i = 0; i < v->n_forms; i++)
+		if (memmem(p, n, v->forms[i].p, v->forms[i].len))
+			return true;
+	return false;
+}
+
 int gw_redactor_new(const struct gw_vault *v, struct gw_redactor **ret)
 {
 	if (!v || !ret)

@@ -76,6 +76,9 @@ int gw_vault_add_form(struct gw_vault *v, const char *p, size_t len);
  * vault must outlive it.
  */
 struct gw_redactor;
+/* Whether any form of any secret occurs in p[0..n). */
+bool gw_vault_contains(const struct gw_vault *v, const char *p, size_t n);
+
 int gw_redactor_new(const struct gw_vault *v, struct gw_redactor **ret);
 void gw_redactor_free(struct gw_redactor *r);
 /*

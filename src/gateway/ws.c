@@ -112,16 +112,14 @@ static int end_of_frame(struct gw_ws *w, gw_ws_emit_fn emit, void *ud)
 	w->in_payload = false;
 	w->hdr_len = 0;
 	if (w->opcode & 8) {
-		/* A control frame, redacted whole (a close frame's status code
-		 * stays as it is) and kept within the 125 bytes allowed. */
-		size_t keep = w->opcode == OP_CLOSE && w->ctl_len >= 2 ? 2 : 0;
+		/* A control frame, redacted whole as one stream (a close
+		 * frame's status code too: a secret may start in it) and kept
+		 * within the 125 bytes allowed. */
 		buf_reset(&w->out);
-		if (buf_append(&w->out, w->ctl, keep) < 0)
-			return -ENOMEM;
 		struct gw_redactor *red = NULL;
 		r = gw_redactor_new(w->vault, &red);
 		if (r == 0)
-			r = gw_redact(red, w->ctl + keep, w->ctl_len - keep, gather, w);
+			r = gw_redact(red, w->ctl, w->ctl_len, gather, w);
 		if (r == 0)
 			r = gw_redact_finish(red, gather, w);
 		gw_redactor_free(red);

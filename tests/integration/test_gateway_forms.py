@@ -354,10 +354,11 @@ GH_ADMIN = [("DELETE", f"/repos/{OWNER}/{REPO}"), ("PATCH", f"/repos/{OWNER}/{RE
             ("PUT", f"/repos/{OWNER}/{REPO}/collaborators/mallory"),
             ("GET", f"/repos/{OWNER}/{REPO}/actions/secrets"),
             ("PUT", f"/repos/{OWNER}/{REPO}/actions/secrets/X"),
-            ("PUT", f"/repos/{OWNER}/{REPO}/pulls/1/merge")]
+            ("PUT", f"/repos/{OWNER}/{REPO}/pulls/1/merge"),
+            ("POST", f"/repos/{OWNER}/{REPO}/git/refs")]
 GH_WORK = [("GET", f"/repos/{OWNER}/{REPO}"), ("POST", f"/repos/{OWNER}/{REPO}/pulls"),
            ("POST", f"/repos/{OWNER}/{REPO}/issues/1/comments"),
-           ("POST", f"/repos/{OWNER}/{REPO}/git/refs")]
+           ("POST", f"/repos/{OWNER}/{REPO}/git/blobs")]
 
 
 def gh_calls(gw, calls, *extra, **kw):

@@ -196,7 +196,13 @@ static void test_github_grants(void **state)
 	/* Work, not administration: deleting the repository, reading its
 	 * secrets or merging needs a github-admin grant. */
 	assert_true(req(cfg, "POST", "api.github.com", 443, "/repos/acme/app/pulls", true).allow);
-	assert_true(req(cfg, "POST", "github.com", 443, "/acme/app.git/git-receive-pack", true).allow);
+	/* A push goes on once its ref updates are checked; a fetch at once. */
+	v = req(cfg, "POST", "github.com", 443, "/acme/app.git/git-receive-pack", true);
+	assert_true(v.allow);
+	assert_true(v.check_push);
+	v = req(cfg, "POST", "github.com", 443, "/acme/app.git/git-upload-pack", true);
+	assert_true(v.allow);
+	assert_false(v.check_push);
 	static const char *const admin[][2] = {
 		{ "DELETE", "/repos/acme/app" }, { "POST", "/repos/acme/app/forks" },
 		{ "GET", "/repos/acme/app/actions/secrets" }, { "PUT", "/repos/acme/app/pulls/1/merge" },
@@ -219,6 +225,9 @@ static void test_github_grants(void **state)
 		assert_true(v.allow);
 		assert_non_null(v.cred);
 	}
+	v = req(cfg, "POST", "github.com", 443, "/acme/app.git/git-receive-pack", true);
+	assert_true(v.allow);
+	assert_false(v.check_push); /* the administration may push anywhere */
 	gw_config_free(cfg);
 }
 
@@ -229,6 +238,20 @@ static void test_open_mode(void **state)
 	assert_true(v.allow);
 	assert_string_equal(v.rule, "open");
 	v = req(cfg, "DELETE", "anything.test", 443, "/", true);
+	assert_true(v.allow);
+	assert_string_equal(v.rule, "open");
+	/* The policy's deny rules still deny, a whole host at the tunnel. */
+	v = tunnel(cfg, "evil.example.com", 443);
+	assert_false(v.allow);
+	assert_string_equal(v.rule, "no-evil");
+	v = req(cfg, "GET", "evil.example.com", 443, "/", true);
+	assert_false(v.allow);
+	assert_string_equal(v.rule, "no-evil");
+	v = req(cfg, "GET", "a.example.com", 443, "/Admin/x", true);
+	assert_false(v.allow);
+	assert_string_equal(v.rule, "no-admin");
+	/* Allow rules restrict nothing under open (their methods, here). */
+	v = req(cfg, "POST", "a.example.com", 443, "/x", true);
 	assert_true(v.allow);
 	assert_string_equal(v.rule, "open");
 	/* Credentials still apply by scope under open. */
@@ -248,8 +271,9 @@ static void test_decision_uses_path(void **state)
 	assert_false(gw_decision_uses_path(cfg, cfg->policy, "unknown.test", 443));
 	gw_config_free(cfg);
 	cfg = config(GW_MODE_OPEN, NULL, 0);
-	/* Under open only credentials scope paths. */
-	assert_false(gw_decision_uses_path(cfg, cfg->policy, "a.example.com", 443));
+	/* Under open the deny rules' paths still matter, and credentials'. */
+	assert_true(gw_decision_uses_path(cfg, cfg->policy, "a.example.com", 443));
+	assert_false(gw_decision_uses_path(cfg, cfg->policy, "unknown.test", 443));
 	assert_true(gw_decision_uses_path(cfg, cfg->policy, "api.anthropic.com", 443));
 	gw_config_free(cfg);
 }

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/cleanup.h"
@@ -403,12 +404,14 @@ static void test_admin_table(void **state)
 		{ "POST", "/repos/o/r/issues/3/comments", false },
 		{ "POST", "/repos/o/r/pulls", false },
 		{ "PATCH", "/repos/o/r/pulls/4", false },
-		{ "POST", "/repos/o/r/pulls/4/reviews", false },
+		{ "POST", "/repos/o/r/pulls/4/comments", false },
+		{ "POST", "/repos/o/r/pulls/4/requested_reviewers", false },
+		{ "GET", "/repos/o/r/pulls/4/reviews", false },
 		{ "PUT", "/repos/o/r/pulls/4/update-branch", false },
-		{ "POST", "/repos/o/r/git/refs", false },
-		{ "PATCH", "/repos/o/r/git/refs/heads/feature", false },
 		{ "POST", "/repos/o/r/git/blobs", false },
-		{ "PUT", "/repos/o/r/contents/a/b.txt", false },
+		{ "POST", "/repos/o/r/git/trees", false },
+		{ "POST", "/repos/o/r/git/commits", false },
+		{ "GET", "/repos/o/r/git/refs/heads/main", false },
 		{ "POST", "/repos/o/r/statuses/abc123", false },
 		{ "POST", "/repos/o/r/check-runs", false },
 		{ "POST", "/repos/o/r/labels", false },
@@ -438,6 +441,28 @@ static void test_admin_table(void **state)
 		{ "GET", "/repos/o/r/branches/main/protection", true },
 		{ "POST", "/repos/o/r/tags/protection", true },
 		{ "POST", "/repos/o/r/rulesets", true },
+		/* Moving, making or deleting a branch or tag, committing onto
+		 * one, approving and dismissing: merges by other names. */
+		{ "POST", "/repos/o/r/git/refs", true },
+		{ "PATCH", "/repos/o/r/git/refs/heads/main", true },
+		{ "DELETE", "/repos/o/r/git/refs/heads/main", true },
+		{ "PATCH", "/repos/o/r/GIT/REFS/heads/main", true },
+		{ "PUT", "/repos/o/r/contents/a/b.txt", true },
+		{ "DELETE", "/repos/o/r/contents/a/b.txt", true },
+		{ "POST", "/repos/o/r/pulls/4/reviews", true },
+		{ "POST", "/repos/o/r/pulls/4/reviews/1/events", true },
+		{ "PUT", "/repos/o/r/pulls/4/reviews/1/dismissals", true },
+		{ "POST", "/repos/o/r/merge-upstream", true },
+		/* Case is no way around the table. */
+		{ "PUT", "/repos/o/r/pulls/4/MERGE", true },
+		{ "PUT", "/repos/o/r/Pulls/4/Merge", true },
+		{ "GET", "/repos/o/r/HOOKS", true },
+		{ "GET", "/repos/o/r/Actions/Secrets", true },
+		/* Actions' secrets and variables, wherever they are listed. */
+		{ "GET", "/repos/o/r/actions/organization-secrets", true },
+		{ "GET", "/repos/o/r/actions/organization-variables", true },
+		{ "GET", "/repos/o/r/actions/variables/X", true },
+		{ "GET", "/repos/o/r/actions/runs/1/logs", false },
 		/* Publishing and running. */
 		{ "PUT", "/repos/o/r/pulls/4/merge", true },
 		{ "GET", "/repos/o/r/pulls/4/merge", true },
@@ -460,6 +485,103 @@ static void test_admin_table(void **state)
 	assert_false(gw_github_needs_admin(API, NULL, "/repos/o/r"));
 }
 
+/* A pkt-line of a push: "OLD NEW REF" (the first with capabilities). */
+static size_t pkt(char *out, const char *old, const char *new, const char *ref, bool caps)
+{
+	char line[512];
+	int n = snprintf(line, sizeof(line), "%s %s %s%s\n", old, new, ref,
+			 caps ? "@report-status side-band-64k" : "");
+	if (caps)
+		line[strlen(old) + strlen(new) + strlen(ref) + 2] = '\0'; /* the NUL */
+	char len[8];
+	snprintf(len, sizeof(len), "%04x", n + 4);
+	memcpy(out, len, 4);
+	memcpy(out + 4, line, (size_t)n);
+	return 4 + (size_t)n;
+}
+
+#define Z40 "0000000000000000000000000000000000000000"
+#define A40 "1111111111111111111111111111111111111111"
+#define B40 "2222222222222222222222222222222222222222"
+
+/* A plain grant's pushes: branches under its prefix, nothing else. */
+static void test_push_check(void **state)
+{
+	static const struct {
+		const char *old, *new, *ref;
+		int want;
+	} one[] = {
+		{ Z40, A40, "refs/heads/airlock/fix-1", 1 },      /* create */
+		{ A40, B40, "refs/heads/airlock/fix-1", 1 },      /* update, forced or not */
+		{ A40, Z40, "refs/heads/airlock/fix-1", 1 },      /* delete its own */
+		{ A40, B40, "refs/heads/main", -1 },              /* the default branch */
+		{ Z40, A40, "refs/heads/release/1.0", -1 },       /* any other branch */
+		{ A40, Z40, "refs/heads/main", -1 },              /* deleting one */
+		{ Z40, A40, "refs/tags/v1.0", -1 },               /* a tag */
+		{ Z40, A40, "refs/heads/airlock/", -1 },          /* the prefix alone */
+		{ Z40, A40, "refs/heads/airlockx/y", -1 },        /* a sibling of it */
+		{ Z40, A40, "refs/notes/commits", -1 },
+		{ Z40, A40, "refs/pull/1/head", -1 },
+		{ "xyz", A40, "refs/heads/airlock/a", -1 },       /* malformed */
+	};
+	const char *why;
+	for (size_t i = 0; i < ARRAY_SIZE(one); i++) {
+		char body[1024];
+		size_t n = pkt(body, one[i].old, one[i].new, one[i].ref, true);
+		memcpy(body + n, "0000PACK...", 11);
+		int r = gw_github_push_check(body, n + 11, true, "airlock/", &why);
+		if (r != one[i].want)
+			fail_msg("%s %s %s: %d, expected %d", one[i].old, one[i].new, one[i].ref, r,
+				 one[i].want);
+		if (r < 0)
+			assert_non_null(why);
+		/* Every cut of the input before the flush asks for more, the
+		 * same verdict once it is all there. */
+		for (size_t cut = 0; cut < n + 4; cut++) {
+			r = gw_github_push_check(body, cut, false, "airlock/", &why);
+			if (r != 0 && !(r < 0 && one[i].want < 0))
+				fail_msg("%s cut at %zu: %d", one[i].ref, cut, r);
+		}
+	}
+	/* Several updates: one refused refuses the push. */
+	char body[4096];
+	size_t n = pkt(body, Z40, A40, "refs/heads/airlock/a", true);
+	n += pkt(body + n, A40, B40, "refs/heads/airlock/b", false);
+	memcpy(body + n, "0000", 4);
+	assert_int_equal(gw_github_push_check(body, n + 4, true, "airlock/", &why), 1);
+	n += pkt(body + n, A40, B40, "refs/heads/main", false);
+	memcpy(body + n, "0000", 4);
+	assert_int_equal(gw_github_push_check(body, n + 4, true, "airlock/", &why), -1);
+	assert_non_null(strstr(why, "github-admin:"));
+	/* Shallow roots pass; a signed push and junk do not. */
+	n = (size_t)snprintf(body, sizeof(body), "0035shallow " A40 "\n");
+	n += pkt(body + n, Z40, A40, "refs/heads/airlock/a", true);
+	memcpy(body + n, "0000", 4);
+	assert_int_equal(gw_github_push_check(body, n + 4, true, "airlock/", &why), 1);
+	/* A flush alone updates nothing: git's probe before a chunked push. */
+	assert_int_equal(gw_github_push_check("0000", 4, true, "airlock/", &why), 1);
+	assert_int_equal(gw_github_push_check("001dpush-cert\0report-status\n0000", 33, true,
+					      "airlock/", &why), -1);
+	assert_non_null(strstr(why, "signed"));
+	assert_int_equal(gw_github_push_check("zzzz", 4, false, "airlock/", &why), -1);
+	assert_int_equal(gw_github_push_check("0003", 4, false, "airlock/", &why), -1);
+	assert_int_equal(gw_github_push_check("", 0, true, "airlock/", &why), -1);
+	/* More than the limit without a flush: refused, never buffered on. */
+	char *big = malloc(GW_GITHUB_PUSH_HEAD_MAX + 1024);
+	assert_non_null(big);
+	size_t off = 0;
+	while (off < GW_GITHUB_PUSH_HEAD_MAX + 512)
+		off += pkt(big + off, Z40, A40, "refs/heads/airlock/aaaaaaaaaaaaaaaaaaaaaaaa", off == 0);
+	assert_int_equal(gw_github_push_check(big, off, false, "airlock/", &why), -1);
+	free(big);
+	/* Only POSTs of receive-pack on github.com are pushes. */
+	assert_true(gw_github_is_push("github.com", "POST", "/o/r.git/git-receive-pack"));
+	assert_true(gw_github_is_push("github.com", "POST", "/o/r/git-receive-pack"));
+	assert_false(gw_github_is_push("github.com", "GET", "/o/r.git/git-receive-pack"));
+	assert_false(gw_github_is_push("github.com", "POST", "/o/r.git/git-upload-pack"));
+	assert_false(gw_github_is_push("api.github.com", "POST", "/o/r.git/git-receive-pack"));
+}
+
 /* The admin grant is the one found when both are given. */
 static void test_grant_for_prefers_admin(void **state)
 {
@@ -478,6 +600,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_admin_table),
 		cmocka_unit_test(test_grant_for_prefers_admin),
+		cmocka_unit_test(test_push_check),
 		cmocka_unit_test(test_parse_valid),
 		cmocka_unit_test(test_parse_invalid),
 		cmocka_unit_test(test_parse_limits),

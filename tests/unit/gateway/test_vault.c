@@ -360,6 +360,13 @@ static void test_redact(void **state)
 	redact_all_ways(v, "abcdefghXYabcdefghXYZ", "abcdefghXY[redacted]");
 	redact_all_ways(v, "zzzzzzzXYZ1234zzzzzzz", "zzzzzzzXYZ1234zzzzzzz");
 	redact_all_ways(v, "", "");
+	/* What response field names are checked with. */
+	assert_true(gw_vault_contains(v, "X-zzzzzzzz", 10));
+	assert_true(gw_vault_contains(v, "zzzzzzzz", 8));
+	assert_false(gw_vault_contains(v, "zzzzzzzz", 7));
+	assert_false(gw_vault_contains(v, "X-zzzzzzz-", 10));
+	assert_false(gw_vault_contains(v, "", 0));
+	assert_false(gw_vault_contains(NULL, "zzzzzzzz", 8));
 	gw_vault_free(v);
 }
 

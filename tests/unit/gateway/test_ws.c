@@ -208,6 +208,27 @@ static void test_secret_split_across_fragments(void **state)
 	free(in.p);
 }
 
+static void test_close_code_bytes_are_redacted_too(void **state)
+{
+	/* A close frame whose status code is the secret's first two bytes:
+	 * the payload is redacted as one stream, so the secret is seen whole. */
+	struct bytes in = { 0 };
+	put_frame(&in, true, 8, SECRET, strlen(SECRET), false);
+	for (size_t cut = 0; cut <= in.len; cut++) {
+		struct bytes out = { 0 };
+		assert_int_equal(relay(&in, cut, &out), 0);
+		assert_null(memmem(out.p, out.len, SECRET, strlen(SECRET)));
+		assert_null(memmem(out.p, out.len, &SECRET[2], strlen(SECRET) - 2));
+		struct msg msgs[2] = { 0 };
+		assert_int_equal(parse_out(&out, msgs, 2), 1);
+		assert_int_equal(msgs[0].op, 8);
+		assert_int_equal(msgs[0].data.len, strlen("[redacted]"));
+		free(msgs[0].data.p);
+		free(out.p);
+	}
+	free(in.p);
+}
+
 static void test_large_frames(void **state)
 {
 	/* 200 KiB with the secret at the 64 KiB and 16 KiB boundaries. */
@@ -288,6 +309,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_secret_split_across_fragments),
+		cmocka_unit_test(test_close_code_bytes_are_redacted_too),
 		cmocka_unit_test(test_large_frames),
 		cmocka_unit_test(test_protocol_violations),
 	};
