@@ -337,7 +337,12 @@ def test_credentialed_connection_never_serves_an_uncredentialed_request(airlock,
 
 class RawUpstream:
     """A plain TCP upstream on the host's loopback whose answer to each
-    connection is `serve(sock)`, run in a thread per connection."""
+    connection is `serve(sock)`, run in a thread per connection.
+
+    close() stops every thread before it closes a socket: a thread still
+    inside accept() or recv() when its descriptor is closed would go on with
+    whatever socket gets that number next (the next test's upstream),
+    taking its connections or the bytes they carry."""
 
     def __init__(self, serve):
         self.sock = socket.socket()
@@ -348,8 +353,9 @@ class RawUpstream:
         self.sent = 0
         self.lock = threading.Lock()
         self.stop = False
-        self.conns = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.conns = {}  # thread -> the socket it serves (kept open until close)
+        self.acceptor = threading.Thread(target=self._accept, daemon=True)
+        self.acceptor.start()
 
     def _accept(self):
         while not self.stop:
@@ -357,8 +363,18 @@ class RawUpstream:
                 c, _ = self.sock.accept()
             except OSError:
                 return
-            self.conns.append(c)
-            threading.Thread(target=self._one, args=(c,), daemon=True).start()
+            t = threading.Thread(target=self._one, args=(c,), daemon=True)
+            with self.lock:
+                if self.stop:
+                    c.close()
+                    return
+                self.conns[t] = c
+            t.start()
+
+    def keep(self, c):
+        """Makes c (a socket wrapping the accepted one) the one close() stops."""
+        with self.lock:
+            self.conns[threading.current_thread()] = c
 
     def _one(self, c):
         try:
@@ -368,12 +384,25 @@ class RawUpstream:
 
     def close(self):
         self.stop = True
-        self.sock.close()
-        for c in self.conns:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes accept()
+        except OSError:
+            pass
+        self.acceptor.join(10)
+        assert not self.acceptor.is_alive(), "a test upstream's accept thread did not stop"
+        with self.lock:
+            conns = dict(self.conns)
+        for c in conns.values():
             try:
-                c.close()
+                c.shutdown(socket.SHUT_RDWR)  # wakes recv() and send()
             except OSError:
                 pass
+        for t in conns:
+            t.join(10)
+            assert not t.is_alive(), "a test upstream's connection thread did not stop"
+        self.sock.close()
+        for c in conns.values():
+            c.close()
 
 
 def read_head(c):
@@ -559,9 +588,9 @@ def test_github_plain_grant_stops_at_administration(gw, ups, method, path):
 
 PUSH_SCRIPT = r"""
 set -u
-export GIT_TERMINAL_PROMPT=0 HOME=/tmp
+export GIT_TERMINAL_PROMPT=0 HOME=/tmp GIT_TRACE_CURL=/workspace/trace-{tag}.log GIT_TRACE_CURL_NO_DATA=1
 git config --global user.email t@t && git config --global user.name t
-cd /tmp && git clone -q https://github.com/{owner}/{repo}.git w && cd w || exit 9
+cd /tmp && timeout 60 git clone -q https://github.com/{owner}/{repo}.git w && cd w || {{ echo "CLONE FAILED $?"; exit 9; }}
 echo {tag} > pushed-{tag}.txt && git add pushed-{tag}.txt && git commit -qm "push {tag}"
 try() {{ if git "$@" >/tmp/out 2>&1; then echo "OK $*"; else echo "NO $*"; sed 's/^/  /' /tmp/out; fi; }}
 try push origin HEAD:refs/heads/airlock/{tag}
@@ -587,11 +616,24 @@ def test_github_push_only_to_the_runs_branches(gw, ups):
     def main_head():
         return subprocess.run(["git", "--git-dir", bare, "rev-parse", "refs/heads/main"],
                               capture_output=True, text=True, check=True).stdout.strip()
+    def cloned(p, tag):
+        out = p.stdout.decode()
+        if "CLONE FAILED" in out:
+            trace = gw.ws / f"trace-{tag}.log"
+            raise AssertionError(f"{out}\n--- git's trace\n"
+                                 f"{trace.read_text()[-8000:] if trace.exists() else '(none)'}"
+                                 f"\n--- airlock's stderr\n{p.stderr.decode()[-4000:]}"
+                                 f"\n--- audit\n{gw.audit_path.read_text()[-3000:] if gw.audit_path.exists() else ''}"
+                                 f"\n--- upstream: {ups.tls.recorder.connections} connections, "
+                                 f"TLS errors {ups.tls.tls_errors[-5:]}, last requests "
+                                 f"{[(r['method'], r['path'], r['time']) for r in ups.records.snapshot()[-5:]]}")
+        return out
+
     before = main_head()
     tag = secrets.token_hex(4)
     p = gw.sh(PUSH_SCRIPT.format(owner=GH_OWNER, repo=GH_REPO, tag=tag), timeout=120)
-    out = p.stdout.decode()
-    print(out)
+    out = cloned(p, tag)
+    print(out, p.stderr.decode())
     ok = {l[3:] for l in out.splitlines() if l.startswith("OK ")}
     no = {l[3:] for l in out.splitlines() if l.startswith("NO ")}
     assert f"push origin HEAD:refs/heads/airlock/{tag}" in ok, out
@@ -618,8 +660,8 @@ def test_github_push_only_to_the_runs_branches(gw, ups):
     tag2 = secrets.token_hex(4)
     p = gw.sh(PUSH_SCRIPT.format(owner=GH_OWNER, repo=GH_REPO, tag=tag2), "--grant",
               f"github-admin:{GH_OWNER}/{GH_REPO}", grant=False, timeout=120)
-    out = p.stdout.decode()
-    assert "OK push origin HEAD:main" in out, out
+    out = cloned(p, tag2)
+    assert "OK push origin HEAD:main" in out, (p.returncode, out, p.stderr.decode())
     assert main_head() != before
 
 
@@ -637,7 +679,9 @@ class TLSRawUpstream(RawUpstream):
 
     def _one(self, c):
         try:
-            c = self.ctx.wrap_socket(c, server_side=True)
+            c = self.ctx.wrap_socket(c, server_side=True, do_handshake_on_connect=False)
+            self.keep(c)
+            c.do_handshake()
             self.serve(self, c)
         except (OSError, ssl.SSLError):
             pass
