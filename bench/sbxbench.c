@@ -175,7 +175,8 @@ static int make_hidden_cg2_ns(void)
 			  MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=755") == 0)
 			ok = 'y';
 		else
-			fprintf(stderr, "sbxbench: cannot hide the cgroup2 mount: %s\n", al_strerror(errno));
+			fprintf(stderr, "sbxbench: cannot hide the cgroup2 mount: %s\n",
+				al_strerror(errno));
 		if (write(ready[1], &ok, 1) != 1)
 			_exit(1);
 		char c;
@@ -351,7 +352,8 @@ static int cmd_run(int argc, char **argv)
 		t->name = argv[i + 1];
 		i += 2;
 		int start = i;
-		while (i < argc && strcmp(argv[i], "--tool") != 0 && strcmp(argv[i], "--tool-hidecg2") != 0)
+		while (i < argc && strcmp(argv[i], "--tool") != 0 &&
+		       strcmp(argv[i], "--tool-hidecg2") != 0)
 			i++;
 		if (i == start)
 			die("tool %s has no command", t->name);
@@ -395,14 +397,16 @@ static int cmd_run(int argc, char **argv)
 		for (int j = 0; j < ntools; j++) {
 			const struct tool *t = &tools[(r + j) % ntools];
 			uint64_t ns, cpu_ns, faults;
-			int status = run_once(t, seq++, nsfd, errfd, devnull, (unsigned)timeout_s, &ns,
-					      &cpu_ns, &faults);
+			int status = run_once(t, seq++, nsfd, errfd, devnull, (unsigned)timeout_s,
+					      &ns, &cpu_ns, &faults);
 			if (status != 0) {
 				if (status < 0)
-					fprintf(stderr, "sbxbench: %s took longer than %ld s (round %ld); killed it\n",
+					fprintf(stderr,
+						"sbxbench: %s took longer than %ld s (round %ld); killed it\n",
 						t->name, timeout_s, r);
 				else
-					fprintf(stderr, "sbxbench: %s exited with status %d (round %ld); see %s\n",
+					fprintf(stderr,
+						"sbxbench: %s exited with status %d (round %ld); see %s\n",
 						t->name, status, r, errlog);
 				if (fo != stdout)
 					fclose(fo);
@@ -528,11 +532,12 @@ static int cmd_cgattach(int argc, char **argv)
 		if ((r = write_str(procs, pidstr, &first)) < 0 ||
 		    (r = write_str(home_procs, pidstr, &back)) < 0 ||
 		    (r = write_str(procs, pidstr, &again)) < 0) {
-			fprintf(stderr, "sbxbench: moving %s between cgroups: %s\n", pidstr, al_strerror(r));
+			fprintf(stderr, "sbxbench: moving %s between cgroups: %s\n", pidstr,
+				al_strerror(r));
 			rc = 1;
 		} else {
-			printf("%llu %llu %llu\n", (unsigned long long)first, (unsigned long long)back,
-			       (unsigned long long)again);
+			printf("%llu %llu %llu\n", (unsigned long long)first,
+			       (unsigned long long)back, (unsigned long long)again);
 		}
 		close(p[1]);
 		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)

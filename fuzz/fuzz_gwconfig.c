@@ -27,7 +27,8 @@ static bool clean(const char *s)
 static void config_text(const uint8_t *data, size_t size)
 {
 	struct gw_options o = { .mode = size && (data[0] & 1) ? GW_MODE_OPEN : GW_MODE_RESTRICTED,
-				.label = "fuzz", .policy_text = (const char *)data,
+				.label = "fuzz",
+				.policy_text = (const char *)data,
 				.policy_len = size };
 	struct gw_config *cfg = NULL;
 	struct al_error err = { 0 };
@@ -40,7 +41,8 @@ static void config_text(const uint8_t *data, size_t size)
 	for (size_t i = 0; i < cfg->n_creds; i++) {
 		const struct gw_cred *c = &cfg->creds[i];
 		check(c->secret[0] && c->host[0]);
-		check(c->kind == GW_CRED_HEADER || c->kind == GW_CRED_QUERY || c->kind == GW_CRED_BASIC);
+		check(c->kind == GW_CRED_HEADER || c->kind == GW_CRED_QUERY ||
+		      c->kind == GW_CRED_BASIC);
 		check(c->name[0] && clean(c->name) && clean(c->prefix) && clean(c->dummy));
 		check(!strchr(c->name, ':') || c->kind == GW_CRED_QUERY);
 		for (size_t j = 0; j < c->n_paths; j++)
@@ -53,7 +55,8 @@ static void config_text(const uint8_t *data, size_t size)
 		check(gw_config_upstream(cfg, u->host, u->port) != NULL);
 	}
 	for (size_t i = 0; i < cfg->n_hosts; i++)
-		check(cfg->hosts[i].addr.ss_family == AF_INET || cfg->hosts[i].addr.ss_family == AF_INET6);
+		check(cfg->hosts[i].addr.ss_family == AF_INET ||
+		      cfg->hosts[i].addr.ss_family == AF_INET6);
 	for (size_t i = 0; i < cfg->n_cidrs; i++)
 		check((cfg->cidrs[i].family == AF_INET && cfg->cidrs[i].prefix <= 32) ||
 		      (cfg->cidrs[i].family == AF_INET6 && cfg->cidrs[i].prefix <= 128));
@@ -75,15 +78,16 @@ static void syntaxes(const uint8_t *data, size_t size)
 	if (gw_parse_hostport(s, size, host, sizeof(host), &port, false) == 0) {
 		/* Normalized: parsing the result gives it back. */
 		char back[GW_HOST_MAX + 16];
-		int n = port ? snprintf(back, sizeof(back), "%s:%u", host, port)
-			     : snprintf(back, sizeof(back), "%s", host);
+		int n = port ? snprintf(back, sizeof(back), "%s:%u", host, port) :
+			       snprintf(back, sizeof(back), "%s", host);
 		check(n > 0 && (size_t)n < sizeof(back));
 		check(gw_parse_hostport(back, (size_t)n, again, sizeof(again), &port2, false) == 0);
 		check(strcmp(host, again) == 0 && port == port2);
 	}
 	struct gw_cidr c;
 	if (gw_cidr_parse(s, &c) == 0) {
-		check((c.family == AF_INET && c.prefix <= 32) || (c.family == AF_INET6 && c.prefix <= 128));
+		check((c.family == AF_INET && c.prefix <= 32) ||
+		      (c.family == AF_INET6 && c.prefix <= 128));
 		/* The network address itself is inside. */
 		struct sockaddr_storage ss = { 0 };
 		if (c.family == AF_INET) {

@@ -58,7 +58,8 @@ static void handover(uint8_t *data, size_t size)
 	      again.sandbox_uid_end == h.sandbox_uid_end);
 	check(again.opts.many_clients == o->many_clients);
 	check(again.opts.policy_len == o->policy_len);
-	check(!o->policy_text || memcmp(again.opts.policy_text, o->policy_text, o->policy_len) == 0);
+	check(!o->policy_text ||
+	      memcmp(again.opts.policy_text, o->policy_text, o->policy_len) == 0);
 	same_list(again.opts.allow, again.opts.n_allow, o->allow, o->n_allow);
 	same_list(again.opts.grants, again.opts.n_grants, o->grants, o->n_grants);
 	same_list(again.opts.upstreams, again.opts.n_upstreams, o->upstreams, o->n_upstreams);

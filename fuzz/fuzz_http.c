@@ -118,10 +118,11 @@ static void check_accepted(const char *buf, const struct gw_http_request *req)
 		check(same || default_port);
 	}
 	/* Only methods the gateway knows, in their case. */
-	static const char *const methods[] = { "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH",
-					       "OPTIONS", "CONNECT", "PROPFIND", "PROPPATCH",
-					       "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "REPORT",
-					       "MKCALENDAR", "SEARCH", NULL };
+	static const char *const methods[] = { "GET",	     "HEAD",	  "POST",    "PUT",
+					       "DELETE",     "PATCH",	  "OPTIONS", "CONNECT",
+					       "PROPFIND",   "PROPPATCH", "MKCOL",   "COPY",
+					       "MOVE",	     "LOCK",	  "UNLOCK",  "REPORT",
+					       "MKCALENDAR", "SEARCH",	  NULL };
 	bool known = false;
 	for (size_t i = 0; methods[i] && !known; i++)
 		known = req->method.len == strlen(methods[i]) &&

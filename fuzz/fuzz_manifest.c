@@ -19,7 +19,6 @@
 #include "store/manifest.h"
 #include "store/objstore.h"
 
-
 /* The seeds in corpus/fuzz_manifest are signed with this key. */
 static const uint8_t key[32] = "airlock-fuzz-manifest-key-012345";
 
@@ -105,7 +104,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		size_t blen;
 		char *btext = sign((const uint8_t *)fuzz_base, strlen(fuzz_base), &blen);
 		struct st_manifest *b = NULL, *d = NULL, *t = NULL;
-		check(st_manifest_parse(btext, blen, key, sizeof(key), "acme", NULL, &b, NULL) == 0);
+		check(st_manifest_parse(btext, blen, key, sizeof(key), "acme", NULL, &b, NULL) ==
+		      0);
 		check(st_manifest_parse(text, len, key, sizeof(key), "acme", NULL, &d, NULL) == 0);
 		struct al_error aerr = { 0 };
 		r = st_manifest_apply(b, d, NULL, &t, &aerr);

@@ -17,7 +17,7 @@
 
 static const char *const hosts[] = {
 	"api.example.com", "a.b.example.com", "example.com", "a.example.com.evil.net",
-	"10.0.0.1", "[::1]", "github.com", "x",
+	"10.0.0.1",	   "[::1]",	      "github.com",  "x",
 };
 static const char *const paths[] = {
 	"/", "/v1", "/v1/messages", "/v1x", "/admin", "/ADMIN/x", "/a/b/c",
@@ -49,8 +49,8 @@ static bool ref_prefix(const char *path, const char *prefix, bool fold)
 	return prefix[n - 1] == '/' || path[n] == '\0' || path[n] == '/';
 }
 
-static bool ref_match(const struct gw_rule *r, const char *method, const char *host,
-		      unsigned port, const char *path)
+static bool ref_match(const struct gw_rule *r, const char *method, const char *host, unsigned port,
+		      const char *path)
 {
 	if (!ref_host(r, host) || (r->port && r->port != port))
 		return false;
@@ -77,17 +77,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			for (size_t m = 0; m < sizeof(methods) / sizeof(methods[0]); m++) {
 				for (size_t o = 0; o < sizeof(ports) / sizeof(ports[0]); o++) {
 					struct gw_decision a, b;
-					gw_policy_decide(p, methods[m], hosts[h], (uint16_t)ports[o],
-							 paths[q], &a);
-					gw_policy_decide(p, methods[m], hosts[h], (uint16_t)ports[o],
-							 paths[q], &b);
-					check(a.allow == b.allow && a.rule == b.rule && a.generation == 3);
+					gw_policy_decide(p, methods[m], hosts[h],
+							 (uint16_t)ports[o], paths[q], &a);
+					gw_policy_decide(p, methods[m], hosts[h],
+							 (uint16_t)ports[o], paths[q], &b);
+					check(a.allow == b.allow && a.rule == b.rule &&
+					      a.generation == 3);
 					check(!a.allow || a.rule);
 					/* Deny rules win wherever they stand; no allow, no way out. */
 					bool deny = false, allow = false;
 					for (size_t i = 0; i < p->n_rules; i++) {
 						const struct gw_rule *r = &p->rules[i];
-						if (ref_match(r, methods[m], hosts[h], ports[o], paths[q])) {
+						if (ref_match(r, methods[m], hosts[h], ports[o],
+							      paths[q])) {
 							deny |= r->deny;
 							allow |= !r->deny;
 						}
@@ -98,7 +100,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 						if (p->rules[i].id == a.rule)
 							check(p->rules[i].deny != a.allow &&
 							      ref_match(&p->rules[i], methods[m],
-									hosts[h], ports[o], paths[q]));
+									hosts[h], ports[o],
+									paths[q]));
 				}
 			}
 		}

@@ -239,13 +239,15 @@ static void tree_sched(const char *roots, double *oncpu, double *waiting)
 		while (d && (de = readdir(d))) {
 			if (!isdigit((unsigned char)de->d_name[0]))
 				continue;
-			snprintf(path, sizeof(path), "/proc/%d/task/%s/schedstat", pids[i], de->d_name);
+			snprintf(path, sizeof(path), "/proc/%d/task/%s/schedstat", pids[i],
+				 de->d_name);
 			FILE *f = fopen(path, "r");
 			char line[128];
 			uint64_t a, b;
 			const char *p;
-			if (f && fgets(line, sizeof(line), f) && parse_u64_prefix(line, &a, &p) == 0 &&
-			    *p == ' ' && parse_u64_prefix(p + 1, &b, &p) == 0) {
+			if (f && fgets(line, sizeof(line), f) &&
+			    parse_u64_prefix(line, &a, &p) == 0 && *p == ' ' &&
+			    parse_u64_prefix(p + 1, &b, &p) == 0) {
 				*oncpu += (double)a;
 				*waiting += (double)b;
 			}
@@ -345,7 +347,8 @@ static int conn_open(struct conn *c)
 		c->fd = -1;
 		return -1;
 	}
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP, .data.ptr = c};
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLET | EPOLLRDHUP,
+				  .data.ptr = c };
 	if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
 		perror("epoll_ctl");
 		exit(1);
@@ -479,12 +482,14 @@ static int drive(struct conn *c)
 				fail(c, "reading the CONNECT answer");
 				return -1;
 			}
-			if (memcmp(c->buf, "HTTP/1.", 7) != 0 || memcmp(c->buf + 8, " 200", 4) != 0) {
+			if (memcmp(c->buf, "HTTP/1.", 7) != 0 ||
+			    memcmp(c->buf + 8, " 200", 4) != 0) {
 				errno = 0;
 				c->buf[hlen < 60 ? hlen : 60] = 0;
 				fail(c, "CONNECT refused");
 				if (n_err_printed <= 5)
-					fprintf(stderr, "loadgen %s: answer was: %s\n", label, c->buf);
+					fprintf(stderr, "loadgen %s: answer was: %s\n", label,
+						c->buf);
 				return -1;
 			}
 			c->st = S_TLS;
@@ -510,7 +515,8 @@ static int drive(struct conn *c)
 				if (v != X509_V_OK) {
 					n_verify_fail++;
 					if (n_err_printed < 5)
-						fprintf(stderr, "loadgen %s: certificate verification failed: %s\n",
+						fprintf(stderr,
+							"loadgen %s: certificate verification failed: %s\n",
 							label, X509_verify_cert_error_string(v));
 				}
 				errno = 0;
@@ -767,6 +773,7 @@ static int second_keep_going(void)
 
 int main(int argc, char **argv)
 {
+	/* clang-format off */
 	int opt;
 	while ((opt = getopt(argc, argv, "a:C:Dm:c:n:w:t:H:p:u:l:")) != -1) {
 		switch (opt) {
@@ -785,6 +792,7 @@ int main(int argc, char **argv)
 		default: usage();
 		}
 	}
+	/* clang-format on */
 	if (!target || !cafile || conc < 1 ||
 	    (strcmp(mode, "ka") && strcmp(mode, "new") && strcmp(mode, "idle")))
 		usage();
@@ -801,7 +809,7 @@ int main(int argc, char **argv)
 		usage();
 	*colon = ':';
 
-	struct rlimit rl = {65536, 65536};
+	struct rlimit rl = { 65536, 65536 };
 	setrlimit(RLIMIT_NOFILE, &rl);
 	signal(SIGPIPE, SIG_IGN);
 
@@ -818,11 +826,13 @@ int main(int argc, char **argv)
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 
 	connect_req_len = (size_t)snprintf(connect_req, sizeof(connect_req),
-					   "CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n", host, host);
-	get_req_len = (size_t)snprintf(get_req, sizeof(get_req),
-				       "GET /1k HTTP/1.1\r\nHost: %s\r\nUser-Agent: airlock-bench\r\n"
-				       "Accept: */*\r\n\r\n",
-				       host);
+					   "CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n", host,
+					   host);
+	get_req_len =
+		(size_t)snprintf(get_req, sizeof(get_req),
+				 "GET /1k HTTP/1.1\r\nHost: %s\r\nUser-Agent: airlock-bench\r\n"
+				 "Accept: */*\r\n\r\n",
+				 host);
 
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	t_start = now_ns();
@@ -862,9 +872,10 @@ int main(int argc, char **argv)
 		       "\"pss_after_kib\": %ld, \"rss_per_conn_kib\": %.2f, \"pss_per_conn_kib\": %.2f, "
 		       "\"errors\": %lu, \"verify_failures\": %lu, \"verified_handshakes\": %lu, "
 		       "\"completed_total\": %lu%s%s}\n",
-		       label, nconns, conc, n_idle_open, alive, n_idle_second, open_s, np0, np1, rss0, rss1,
-		       pss0, pss1, (double)kib / nconns, (double)(pss1 - pss0) / nconns, n_errors,
-		       n_verify_fail, n_verified, n_total_ok, tls_info[0] ? ", " : "", tls_info);
+		       label, nconns, conc, n_idle_open, alive, n_idle_second, open_s, np0, np1,
+		       rss0, rss1, pss0, pss1, (double)kib / nconns, (double)(pss1 - pss0) / nconns,
+		       n_errors, n_verify_fail, n_verified, n_total_ok, tls_info[0] ? ", " : "",
+		       tls_info);
 		return (n_verify_fail || n_idle_open == 0) ? 1 : 0;
 	}
 
@@ -895,9 +906,8 @@ int main(int argc, char **argv)
 	       pct(lat_req, n_lat_req, 99) / 1000.0, pct(lat_conn, n_lat_conn, 50) / 1000.0,
 	       pct(lat_conn, n_lat_conn, 99) / 1000.0, pcpu, ucpu, ccpu,
 	       units ? pcpu * 1e6 / (double)units : -1, units ? ucpu * 1e6 / (double)units : -1,
-	       units ? ccpu * 1e6 / (double)units : -1,
-	       (sched_on1 - sched_on0) / (window * 1e7), (sched_wait1 - sched_wait0) / (window * 1e7),
-	       n_errors, n_verify_fail, n_verified,
+	       units ? ccpu * 1e6 / (double)units : -1, (sched_on1 - sched_on0) / (window * 1e7),
+	       (sched_wait1 - sched_wait0) / (window * 1e7), n_errors, n_verify_fail, n_verified,
 	       n_total_ok, tls_info[0] ? ", " : "", tls_info);
 	return (n_verify_fail || n_requests == 0) ? 1 : 0;
 }

@@ -178,7 +178,7 @@ static void *loop(void *arg)
 	int ep = epoll_create1(EPOLL_CLOEXEC);
 	if (ep < 0)
 		die("epoll_create1");
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
 	if (epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) < 0)
 		die("epoll_ctl");
 	struct epoll_event evs[256];
@@ -188,15 +188,17 @@ static void *loop(void *arg)
 			die("epoll_wait");
 		if (want_stats) {
 			want_stats = 0;
-			printf("requests %lu connections %lu handshakes %lu\n", atomic_load(&n_requests),
-			       atomic_load(&n_conns), atomic_load(&n_handshakes));
+			printf("requests %lu connections %lu handshakes %lu\n",
+			       atomic_load(&n_requests), atomic_load(&n_conns),
+			       atomic_load(&n_handshakes));
 			fflush(stdout);
 		}
 		for (int i = 0; i < n; i++) {
 			struct conn *c = evs[i].data.ptr;
 			if (!c) {
 				for (;;) {
-					int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+					int fd = accept4(lfd, NULL, NULL,
+							 SOCK_NONBLOCK | SOCK_CLOEXEC);
 					if (fd < 0)
 						break;
 					setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -209,8 +211,9 @@ static void *loop(void *arg)
 						die("SSL_new");
 					SSL_set_fd(c->ssl, fd);
 					atomic_fetch_add(&n_conns, 1);
-					struct epoll_event cev = {.events = EPOLLIN | EPOLLOUT | EPOLLET,
-								  .data.ptr = c};
+					struct epoll_event cev = { .events = EPOLLIN | EPOLLOUT |
+									     EPOLLET,
+								   .data.ptr = c };
 					if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &cev) < 0)
 						die("epoll_ctl");
 					if (serve(c) < 0)
@@ -256,10 +259,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "upstream: bad address %s\n", argv[1]);
 		return 2;
 	}
-	struct rlimit rl = {65536, 65536};
+	struct rlimit rl = { 65536, 65536 };
 	setrlimit(RLIMIT_NOFILE, &rl);
 	signal(SIGPIPE, SIG_IGN);
-	struct sigaction sa = {.sa_handler = on_usr1};
+	struct sigaction sa = { .sa_handler = on_usr1 };
 	sigaction(SIGUSR1, &sa, NULL);
 	sa.sa_handler = on_term;
 	sigaction(SIGTERM, &sa, NULL);

@@ -51,7 +51,6 @@ static const char usage[] =
 	"  AIRLOCK_STORE_THREADS=N  `create` and `restore` use N threads\n"
 	"                           (default: one per CPU; 1: no extra thread)\n";
 
-
 enum {
 	OPT_STORE = 256,
 	OPT_TENANT,
@@ -136,7 +135,8 @@ static int parse(int argc, char **argv, struct copts *o)
 			break;
 		case OPT_MAX_BYTES:
 			if (parse_size(optarg, &v) < 0 || v == 0)
-				return cli_fail("--max-bytes wants a size such as 10G, not '%s'", optarg);
+				return cli_fail("--max-bytes wants a size such as 10G, not '%s'",
+						optarg);
 			o->limits.max_bytes = v;
 			break;
 		case OPT_MAX_FILES:
@@ -183,8 +183,11 @@ static int open_repo(const struct copts *o, bool create_key, struct st_repo **re
 	int r = st_key_load(o->key, create_key, &key, &keylen, &err);
 	if (r < 0)
 		return cli_fail("%s", al_error_message(&err));
-	struct st_repo_opts ro = { .store_dir = o->store, .tenant = o->tenant, .key = key,
-				   .keylen = keylen, .fault_step = fault_step() };
+	struct st_repo_opts ro = { .store_dir = o->store,
+				   .tenant = o->tenant,
+				   .key = key,
+				   .keylen = keylen,
+				   .fault_step = fault_step() };
 	r = st_repo_open(&ro, ret, &err);
 	explicit_bzero(key, keylen);
 	free(key);
@@ -221,9 +224,12 @@ static int do_create(struct copts *o)
 	int rc = open_repo(o, true, &r);
 	if (rc)
 		return rc;
-	struct st_snapshot_opts so = { .workspace = o->workspace, .upper = o->upper,
-				       .lower = o->lower, .userxattr = o->userxattr,
-				       .session = o->session, .report = report,
+	struct st_snapshot_opts so = { .workspace = o->workspace,
+				       .upper = o->upper,
+				       .lower = o->lower,
+				       .userxattr = o->userxattr,
+				       .session = o->session,
+				       .report = report,
 				       .limits = &o->limits };
 	struct st_snapshot_result res;
 	struct al_error err = { 0 };
@@ -332,7 +338,8 @@ static int path_fail(const char *what, const char *path, int r)
 {
 	if (r == -ELOOP)
 		return cli_fail("%s %s: a symbolic link in the path is not followed (name the real "
-				"path, with no link in any component)", what, path);
+				"path, with no link in any component)",
+				what, path);
 	return cli_fail("%s %s: %s", what, path, al_strerror(r));
 }
 
@@ -347,8 +354,8 @@ static int export_to_file(struct st_repo *r, const char *id, const char *file)
 {
 	char name[NAME_MAX + 1];
 	bool dir_only = false;
-	_cleanup_close_ int dfd = open_parent_no_symlinks(AT_FDCWD, file, name, sizeof(name),
-							  &dir_only);
+	_cleanup_close_ int dfd =
+		open_parent_no_symlinks(AT_FDCWD, file, name, sizeof(name), &dir_only);
 	if (dfd < 0)
 		return path_fail("cannot write", file, dfd);
 	if (dir_only)
@@ -359,15 +366,19 @@ static int export_to_file(struct st_repo *r, const char *id, const char *file)
 		uint32_t rnd;
 		if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
 			return cli_fail("cannot make a temporary name: %s", al_strerror(errno));
-		if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp-%08" PRIx32, name, rnd) >= sizeof(tmp))
-			return cli_fail("cannot write %s: the name is too long for a temporary file "
-					"beside it", file);
+		if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp-%08" PRIx32, name, rnd) >=
+		    sizeof(tmp))
+			return cli_fail(
+				"cannot write %s: the name is too long for a temporary file "
+				"beside it",
+				file);
 		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 		if (fd < 0 && errno != EEXIST)
 			break;
 	}
 	if (fd < 0)
-		return cli_fail("cannot create a temporary file beside %s: %s", file, al_strerror(errno));
+		return cli_fail("cannot create a temporary file beside %s: %s", file,
+				al_strerror(errno));
 	struct al_error err = { 0 };
 	int rc = st_export_tar(r, id, fd, &err);
 	if (rc == 0 && fsync(fd) < 0)

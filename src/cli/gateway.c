@@ -26,7 +26,8 @@ enum {
 
 static const struct cli_optdef gateway_optdefs[] = {
 	{ "listen", OPT_LISTEN, "ADDR:PORT", "where to accept clients" },
-	{ "mode", OPT_MODE, "MODE", "restricted: the policy decides (default); open: any public host" },
+	{ "mode", OPT_MODE, "MODE",
+	  "restricted: the policy decides (default); open: any public host" },
 	{ "audit", OPT_AUDIT, "FILE", "append audit lines to FILE (default: stdout)" },
 	{ "ca-out", OPT_CA_OUT, "FILE", "write the interception CA certificate (PEM) for clients" },
 	{ "help", OPT_HELP, NULL, "print this and exit" },
@@ -74,7 +75,8 @@ int cmd_gateway(int argc, char **argv)
 			else if (strcmp(optarg, "open") == 0)
 				mode = GW_MODE_OPEN;
 			else
-				return cli_fail("--mode wants restricted or open, not '%s'", optarg);
+				return cli_fail("--mode wants restricted or open, not '%s'",
+						optarg);
 			break;
 		case OPT_AUDIT:
 			audit = optarg;
@@ -98,7 +100,8 @@ int cmd_gateway(int argc, char **argv)
 		}
 	}
 	if (optind < argc)
-		return cli_fail("gateway takes no arguments but options (see `airlock gateway --help`)");
+		return cli_fail(
+			"gateway takes no arguments but options (see `airlock gateway --help`)");
 	if (!listen || !*listen)
 		return cli_fail("gateway needs --listen ADDR:PORT");
 	if (mode == GW_MODE_RESTRICTED && !g.policy && g.n_allow == 0)

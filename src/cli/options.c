@@ -15,7 +15,8 @@ const struct cli_optdef cli_gw_optdefs[] = {
 	{ "grant", OPT_GW_GRANT, "G",
 	  "github:OWNER/REPO the vault's GitHub credential may work on\n"
 	  "(github-admin:OWNER/REPO: its administration too; repeatable)" },
-	{ "upstream", OPT_GW_UPSTREAM, "H:P=A:P", "the gateway connects to A:P for H:P (repeatable)" },
+	{ "upstream", OPT_GW_UPSTREAM, "H:P=A:P",
+	  "the gateway connects to A:P for H:P (repeatable)" },
 	{ "upstream-ca", OPT_GW_UPSTREAM_CA, "FILE",
 	  "the gateway also trusts these CAs (PEM) upstream (repeatable)" },
 	{ "vault", OPT_GW_VAULT, "FILE", "credentials the gateway injects (never seen inside)" },
@@ -61,12 +62,15 @@ int cli_bad_option(char **argv, const struct option *longopts, const char *cmd)
 	if (strncmp(arg, "--", 2) == 0) {
 		size_t n = strcspn(arg + 2, "=");
 		for (size_t i = 0; longopts[i].name; i++)
-			if (strlen(longopts[i].name) == n && strncmp(longopts[i].name, arg + 2, n) == 0) {
+			if (strlen(longopts[i].name) == n &&
+			    strncmp(longopts[i].name, arg + 2, n) == 0) {
 				if (longopts[i].has_arg == required_argument)
-					return cli_fail("option --%s needs a value", longopts[i].name);
+					return cli_fail("option --%s needs a value",
+							longopts[i].name);
 				return cli_fail("option --%s takes no value", longopts[i].name);
 			}
-		return cli_fail("unknown option --%.*s (see `airlock %s --help`)", (int)n, arg + 2, cmd);
+		return cli_fail("unknown option --%.*s (see `airlock %s --help`)", (int)n, arg + 2,
+				cmd);
 	}
 	return cli_fail("unknown option %s (see `airlock %s --help`)", arg, cmd);
 }
@@ -92,8 +96,10 @@ int cli_gw_option(struct cli_gw_opts *g, int opt, char *arg)
 	case OPT_GW_GRANT:
 		if (!(strncmp(arg, "github:", 7) == 0 && arg[7]) &&
 		    !(strncmp(arg, "github-admin:", 13) == 0 && arg[13]))
-			return cli_fail("--grant wants github:OWNER/REPO (or github-admin:OWNER/REPO), "
-					"not '%s'", arg);
+			return cli_fail(
+				"--grant wants github:OWNER/REPO (or github-admin:OWNER/REPO), "
+				"not '%s'",
+				arg);
 		return list_add(g->grants, &g->n_grants, "--grant", arg);
 	case OPT_GW_UPSTREAM:
 		if (!strchr(arg, '='))

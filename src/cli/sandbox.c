@@ -43,7 +43,8 @@ enum {
 
 /* What a sandbox is made of (run, create). */
 static const struct cli_optdef spec_optdefs[] = {
-	{ "workspace", OPT_WORKSPACE, "DIR", "shown as /workspace (default: a fresh empty directory)" },
+	{ "workspace", OPT_WORKSPACE, "DIR",
+	  "shown as /workspace (default: a fresh empty directory)" },
 	{ "image", OPT_IMAGE, "host|DIR",
 	  "root filesystem (default host: the host's /usr, /etc, ...\n"
 	  "read-only under a writable overlay)" },
@@ -65,7 +66,8 @@ static const struct cli_optdef exec_optdefs[] = {
 	  "the gateway's variables (proxies, CA bundles) cannot be set" },
 	{ "cwd", OPT_CWD, "DIR", "(exec) working directory inside" },
 	{ "timeout", OPT_TIMEOUT, "SECONDS", "wall-clock limit for the command (also 500ms, 5m)" },
-	{ "output-limit", OPT_OUTPUT_LIMIT, "SIZE", "cap on stdout+stderr (truncated with a marker)" },
+	{ "output-limit", OPT_OUTPUT_LIMIT, "SIZE",
+	  "cap on stdout+stderr (truncated with a marker)" },
 	{ "audit", OPT_AUDIT, "FILE",
 	  "(run) append the gateway's audit log to FILE (default: the\n"
 	  "sandbox's own, gone with it; `sandbox audit ID` for create)" },
@@ -106,11 +108,10 @@ struct options {
 	const char *audit;
 };
 
-
 /* Parses options; which ones are allowed depends on the subcommand (run has
  * both spec_opts and exec_opts). */
-static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
-			 struct options *o, int *ret_optind)
+static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, struct options *o,
+			 int *ret_optind)
 {
 	struct option longopts[48];
 	size_t nl = cli_longopts(longopts, ARRAY_SIZE(longopts), 0, spec_optdefs);
@@ -142,7 +143,9 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 		bool is_run = c == OPT_AUDIT;
 		if ((is_spec && !spec_opts) || (is_exec && !exec_opts) ||
 		    (is_run && !(spec_opts && exec_opts)))
-			return cli_fail("option %s does not apply here (see `airlock sandbox --help`)", name);
+			return cli_fail(
+				"option %s does not apply here (see `airlock sandbox --help`)",
+				name);
 		if (is_gw) {
 			int r = cli_gw_option(&o->gw, c, optarg);
 			if (r)
@@ -169,7 +172,9 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 			else if (strcmp(optarg, "open") == 0)
 				o->spec.network = SBX_NETWORK_OPEN;
 			else
-				return cli_fail("--network wants none, restricted or open, not '%s'", optarg);
+				return cli_fail(
+					"--network wants none, restricted or open, not '%s'",
+					optarg);
 			o->network_given = true;
 			break;
 		case OPT_AUDIT:
@@ -189,25 +194,34 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 		case OPT_MEMORY:
 			if (parse_size(optarg, &o->spec.memory_bytes) < 0 ||
 			    (o->spec.memory_bytes && o->spec.memory_bytes < ((uint64_t)16 << 20)))
-				return cli_fail("--memory wants a size of at least 16M like 512M or 2G (or 0), not '%s'",
-					    optarg);
+				return cli_fail(
+					"--memory wants a size of at least 16M like 512M or 2G (or 0), not '%s'",
+					optarg);
 			break;
 		case OPT_PIDS:
 			if (parse_u64(optarg, &o->spec.pids) < 0 || o->spec.pids > 4194304 ||
 			    (o->spec.pids && o->spec.pids < 4))
-				return cli_fail("--pids wants a number from 4 to 4194304 (or 0), not '%s'", optarg);
+				return cli_fail(
+					"--pids wants a number from 4 to 4194304 (or 0), not '%s'",
+					optarg);
 			break;
 		case OPT_CPUS:
 			if (parse_double_range(optarg, 0.01, 1024, &o->spec.cpus) < 0)
-				return cli_fail("--cpus wants a number of cores like 0.5 or 2, not '%s'", optarg);
+				return cli_fail(
+					"--cpus wants a number of cores like 0.5 or 2, not '%s'",
+					optarg);
 			break;
 		case OPT_TIMEOUT:
-			if (parse_duration(optarg, &o->exec.timeout_ms) < 0 || o->exec.timeout_ms == 0)
-				return cli_fail("--timeout wants seconds (or 500ms, 5m, 2h), not '%s'", optarg);
+			if (parse_duration(optarg, &o->exec.timeout_ms) < 0 ||
+			    o->exec.timeout_ms == 0)
+				return cli_fail(
+					"--timeout wants seconds (or 500ms, 5m, 2h), not '%s'",
+					optarg);
 			break;
 		case OPT_OUTPUT_LIMIT:
 			if (parse_size(optarg, &o->exec.output_limit) < 0)
-				return cli_fail("--output-limit wants a size like 1M, not '%s'", optarg);
+				return cli_fail("--output-limit wants a size like 1M, not '%s'",
+						optarg);
 			break;
 		case OPT_HOSTNAME:
 			o->spec.hostname = optarg;
@@ -225,9 +239,10 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts,
 	if (spec_opts) {
 		if (o->gw.any || o->audit) {
 			if (o->network_given && o->spec.network == SBX_NETWORK_NONE)
-				return cli_fail("--network none leaves nothing for the gateway's options "
-					    "(--allow, --policy, --grant, --upstream, --upstream-ca, "
-					    "--vault, --audit) to do");
+				return cli_fail(
+					"--network none leaves nothing for the gateway's options "
+					"(--allow, --policy, --grant, --upstream, --upstream-ca, "
+					"--vault, --audit) to do");
 			if (!o->network_given)
 				o->spec.network = SBX_NETWORK_RESTRICTED;
 		}
@@ -271,10 +286,12 @@ static void report_oom_kills(const struct sbx_result *res)
 	const char *what = n == 1 ? "process was" : "processes were";
 	if (res->outcome == SBX_EXITED)
 		log_error("%" PRIu64 " %s killed by the sandbox's memory limit (OOM); the command "
-			  "exited with status %d", n, what, res->status);
+			  "exited with status %d",
+			  n, what, res->status);
 	else if (res->outcome == SBX_SIGNALED)
 		log_error("%" PRIu64 " %s killed by the sandbox's memory limit (OOM); the command "
-			  "was killed by signal %d", n, what, res->status);
+			  "was killed by signal %d",
+			  n, what, res->status);
 	else
 		log_error("%" PRIu64 " %s killed by the sandbox's memory limit (OOM)", n, what);
 }
@@ -295,8 +312,10 @@ static int report(const struct sbx_result *res)
 			  res->status);
 		return 128 + res->status;
 	case SBX_OOM_KILLED:
-		log_error("the command was killed: it reached the sandbox's memory limit (OOM; %" PRIu64
-			  " process%s killed)", res->oom_kills, res->oom_kills == 1 ? "" : "es");
+		log_error(
+			"the command was killed: it reached the sandbox's memory limit (OOM; %" PRIu64
+			" process%s killed)",
+			res->oom_kills, res->oom_kills == 1 ? "" : "es");
 		return EXIT_OOM;
 	}
 	return EXIT_AIRLOCK_ERROR;
@@ -322,8 +341,11 @@ static int net_setup(struct options *o, const struct sbx_settings *set, uint32_t
 {
 	struct gw_options gopts;
 	cli_gw_fill(&o->gw, GW_MODE_RESTRICTED, "sandbox", &gopts);
-	struct ctl_net_opts no = { .gw = &gopts, .set = set, .gw_uid = gw_uid,
-				   .audit_file = audit, .detach = detach,
+	struct ctl_net_opts no = { .gw = &gopts,
+				   .set = set,
+				   .gw_uid = gw_uid,
+				   .audit_file = audit,
+				   .detach = detach,
 				   .log_fd = detach ? -1 : 2 };
 	if (ctl_net_setup(n, &no, &o->spec, err) < 0)
 		return cli_fail("%s", al_error_message(err));
@@ -488,7 +510,8 @@ static int do_audit(int argc, char **argv)
 	if (fd < 0) {
 		if (errno == ENOENT)
 			return 0; /* nothing audited yet */
-		return cli_fail("cannot open the audit log of sandbox %s: %s", id, al_strerror(errno));
+		return cli_fail("cannot open the audit log of sandbox %s: %s", id,
+				al_strerror(errno));
 	}
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
@@ -499,7 +522,8 @@ static int do_audit(int argc, char **argv)
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0)
-			return cli_fail("cannot read the audit log of sandbox %s: %s", id, al_strerror(errno));
+			return cli_fail("cannot read the audit log of sandbox %s: %s", id,
+					al_strerror(errno));
 		if (k == 0)
 			break;
 		int w = write_full(1, buf, (size_t)k);
@@ -528,14 +552,17 @@ static int do_policy(int argc, char **argv)
 	size_t len = 0;
 	int r = read_file_bounded(AT_FDCWD, argv[2], 1024 * 1024, &text, &len);
 	if (r < 0)
-		return cli_fail("%s: %s", argv[2], r == -EFBIG ? "larger than 1 MiB" : al_strerror(r));
+		return cli_fail("%s: %s", argv[2],
+				r == -EFBIG ? "larger than 1 MiB" : al_strerror(r));
 	struct al_error err = { 0 };
 	uint64_t gen = 0;
 	r = gw_set_policy(sock, text, len, &gen, &err);
 	free(text);
 	if (r < 0) {
 		if (r == -ENOENT || r == -ECONNREFUSED)
-			return cli_fail("sandbox %s has no gateway (no such sandbox, or --network none)", id);
+			return cli_fail(
+				"sandbox %s has no gateway (no such sandbox, or --network none)",
+				id);
 		return cli_fail("%s", al_error_message(&err));
 	}
 	printf("policy generation %" PRIu64 "\n", gen);

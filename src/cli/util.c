@@ -53,7 +53,8 @@ int cli_init(void)
 	if (lv && log_level_from_string(lv, &level) < 0)
 		level = LOG_LEVEL_INFO;
 	const char *lf = getenv("AIRLOCK_LOG_FORMAT");
-	log_setup("airlock", level, lf && strcmp(lf, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_HUMAN);
+	log_setup("airlock", level,
+		  lf && strcmp(lf, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_HUMAN);
 	/* Writes to a closed pipe are errors to handle, not deaths. */
 	signal(SIGPIPE, SIG_IGN);
 	return 0;

@@ -53,26 +53,26 @@ static inline void strv_freep(char ***v)
 #define _cleanup_fclose_ _cleanup_(fclosep)
 #define _cleanup_strv_ _cleanup_(strv_freep)
 
-#define TAKE_PTR(p)                                                            \
-	({                                                                     \
-		__typeof__(p) _taken = (p);                                    \
-		(p) = NULL;                                                    \
-		_taken;                                                        \
+#define TAKE_PTR(p)                         \
+	({                                  \
+		__typeof__(p) _taken = (p); \
+		(p) = NULL;                 \
+		_taken;                     \
 	})
 
-#define TAKE_FD(fd)                                                            \
-	({                                                                     \
-		int _taken_fd = (fd);                                          \
-		(fd) = -1;                                                     \
-		_taken_fd;                                                     \
+#define TAKE_FD(fd)                   \
+	({                            \
+		int _taken_fd = (fd); \
+		(fd) = -1;            \
+		_taken_fd;            \
 	})
 
 /* Defines name##p(type **) that calls func(*p) when *p is not NULL. */
-#define DEFINE_CLEANUP_FUNC(type, func)                                        \
-	static inline void func##p(type **p)                                   \
-	{                                                                      \
-		if (*p)                                                        \
-			func(*p);                                              \
+#define DEFINE_CLEANUP_FUNC(type, func)      \
+	static inline void func##p(type **p) \
+	{                                    \
+		if (*p)                      \
+			func(*p);            \
 	}
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -14,10 +14,9 @@ static int normalize(int code)
 	return code < 0 ? code : -code;
 }
 
-static int vset(struct al_error *err, int code, bool with_errno, const char *fmt,
-		va_list ap) __attribute__((format(printf, 4, 0)));
-static int vset(struct al_error *err, int code, bool with_errno, const char *fmt,
-		va_list ap)
+static int vset(struct al_error *err, int code, bool with_errno, const char *fmt, va_list ap)
+	__attribute__((format(printf, 4, 0)));
+static int vset(struct al_error *err, int code, bool with_errno, const char *fmt, va_list ap)
 {
 	code = normalize(code);
 	if (!err || err->code != 0)
@@ -27,8 +26,7 @@ static int vset(struct al_error *err, int code, bool with_errno, const char *fmt
 	if (n < 0)
 		err->msg[0] = '\0';
 	else if (with_errno && (size_t)n < sizeof(err->msg))
-		snprintf(err->msg + n, sizeof(err->msg) - (size_t)n, ": %s",
-			 al_strerror(code));
+		snprintf(err->msg + n, sizeof(err->msg) - (size_t)n, ": %s", al_strerror(code));
 	return code;
 }
 

@@ -422,8 +422,8 @@ int mkdir_open_no_symlinks(int dirfd, const char *path, mode_t mode)
 	char name[NAME_MAX + 1];
 	int pfd = open_parent_no_symlinks(dirfd, path, name, sizeof(name), NULL);
 	if (pfd == -EINVAL)
-		return path && *path ? open_no_symlinks(dirfd, path, O_RDONLY | O_DIRECTORY, 0)
-				     : -ENOENT;
+		return path && *path ? open_no_symlinks(dirfd, path, O_RDONLY | O_DIRECTORY, 0) :
+				       -ENOENT;
 	if (pfd < 0)
 		return pfd;
 	int r = 0;
@@ -437,8 +437,9 @@ int mkdir_open_no_symlinks(int dirfd, const char *path, mode_t mode)
 
 int open_append(const char *path, bool nofollow)
 {
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY |
-				    (nofollow ? O_NOFOLLOW : 0),
+	int fd = open(path,
+		      O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY |
+			      (nofollow ? O_NOFOLLOW : 0),
 		      0600);
 	return fd < 0 ? -errno : fd;
 }

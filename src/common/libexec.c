@@ -24,18 +24,20 @@ static int try_dir(const char *dir, const char *name, const struct stat *self, c
 		return al_error_set(err, -ENAMETOOLONG, "%s/%s: path too long", dir, name);
 	_cleanup_close_ int fd = open(path, O_PATH | O_CLOEXEC);
 	if (fd < 0)
-		return errno == ENOENT || errno == ENOTDIR ? -ENOENT
-							   : al_error_set_errno(err, -errno, "%s", path);
+		return errno == ENOENT || errno == ENOTDIR ?
+			       -ENOENT :
+			       al_error_set_errno(err, -errno, "%s", path);
 	struct stat st;
 	if (fstat(fd, &st) < 0)
 		return al_error_set_errno(err, -errno, "%s", path);
 	if (!S_ISREG(st.st_mode) || !(st.st_mode & S_IXUSR))
 		return al_error_set(err, -EACCES, "%s is not an executable file", path);
 	if (st.st_uid != self->st_uid || (st.st_mode & (S_IWGRP | S_IWOTH)))
-		return al_error_set(err, -EPERM,
-				    "%s: not run, it is not owned by the owner of airlock's own binary "
-				    "(uid %u) or others may write to it",
-				    path, (unsigned)self->st_uid);
+		return al_error_set(
+			err, -EPERM,
+			"%s: not run, it is not owned by the owner of airlock's own binary "
+			"(uid %u) or others may write to it",
+			path, (unsigned)self->st_uid);
 	*ret_fd = TAKE_FD(fd);
 	return 0;
 }
@@ -58,9 +60,9 @@ static int open_from(const char *self, const struct stat *st, const char *name, 
 
 	char where[2][LIBEXEC_PATH_MAX];
 	const char *configured = AIRLOCK_LIBEXEC_DIR;
-	int w = configured[0] == '/'
-			? snprintf(where[0], sizeof(where[0]), "%s", configured)
-			: snprintf(where[0], sizeof(where[0]), "%s/%s", dir, configured);
+	int w = configured[0] == '/' ?
+			snprintf(where[0], sizeof(where[0]), "%s", configured) :
+			snprintf(where[0], sizeof(where[0]), "%s/%s", dir, configured);
 	if (w < 0 || (size_t)w >= sizeof(where[0]))
 		return al_error_set(err, -ENAMETOOLONG, "%s: path too long", dir);
 	snprintf(where[1], sizeof(where[1]), "%s", dir[0] ? dir : "/");
@@ -77,17 +79,19 @@ static int open_from(const char *self, const struct stat *st, const char *name, 
 			memcpy(ret_path, path, strlen(path) + 1);
 		return fd;
 	}
-	return al_error_set(err, -ENOENT,
-			    "airlock's helper %s is missing: it belongs in %s (installed with airlock) "
-			    "or beside airlock in %s",
-			    name, where[0], where[1]);
+	return al_error_set(
+		err, -ENOENT,
+		"airlock's helper %s is missing: it belongs in %s (installed with airlock) "
+		"or beside airlock in %s",
+		name, where[0], where[1]);
 }
 
 int libexec_open_from(const char *self, const char *name, char *ret_path, struct al_error *err)
 {
 	struct stat st;
 	if (stat(self, &st) < 0)
-		return al_error_set_errno(err, -errno, "cannot find airlock's own binary (%s)", self);
+		return al_error_set_errno(err, -errno, "cannot find airlock's own binary (%s)",
+					  self);
 	return open_from(self, &st, name, ret_path, err);
 }
 

@@ -30,5 +30,4 @@ int libexec_open(const char *name, char *ret_path, struct al_error *err);
  * The same with the directory of the binary given (for tests): self is
  * the binary's path as /proc/self/exe would give it.
  */
-int libexec_open_from(const char *self, const char *name, char *ret_path,
-		      struct al_error *err);
+int libexec_open_from(const char *self, const char *name, char *ret_path, struct al_error *err);

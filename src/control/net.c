@@ -27,8 +27,8 @@ static size_t env_name_len(const char *kv)
 
 /* The sandbox exists: its listeners, audit log and control socket go to
  * the gateway. */
-static int net_ready(const struct sbx_net_fds *fds, const char *id, const char *dir,
-		     int init_pidfd, void *ud)
+static int net_ready(const struct sbx_net_fds *fds, const char *id, const char *dir, int init_pidfd,
+		     void *ud)
 {
 	struct ctl_net *n = ud;
 	_cleanup_close_ int own = -1;
@@ -51,7 +51,10 @@ static int net_ready(const struct sbx_net_fds *fds, const char *id, const char *
 	if (control < 0)
 		return al_error_set_errno(n->err, control, "cannot listen on %s", sock);
 	struct gw_listeners l = {
-		.proxy = fds->proxy, .http = fds->http, .https = fds->https, .dns = fds->dns,
+		.proxy = fds->proxy,
+		.http = fds->http,
+		.https = fds->https,
+		.dns = fds->dns,
 		.control = control,
 	};
 	return gw_attach(&n->gp, id, &l, audit_fd, init_pidfd, n->err);
@@ -69,10 +72,14 @@ int ctl_net_setup(struct ctl_net *n, const struct ctl_net_opts *o, struct sbx_sp
 	if (o->audit_file) {
 		n->audit_fd = open_append(o->audit_file, false);
 		if (n->audit_fd < 0)
-			return al_error_set_errno(err, n->audit_fd, "cannot open %s", o->audit_file);
+			return al_error_set_errno(err, n->audit_fd, "cannot open %s",
+						  o->audit_file);
 	}
-	struct gw_start_opts so = { .detach = o->detach, .log_fd = o->log_fd, .uid = o->gw_uid,
-				    .env_bundle = SBX_TRUST_BUNDLE, .env_ca = SBX_CA_FILE };
+	struct gw_start_opts so = { .detach = o->detach,
+				    .log_fd = o->log_fd,
+				    .uid = o->gw_uid,
+				    .env_bundle = SBX_TRUST_BUNDLE,
+				    .env_ca = SBX_CA_FILE };
 	sbx_settings_uids(o->set, &so.sandbox_uid_first, &so.sandbox_uid_end);
 	int r = gw_start(&gopts, &so, &n->gp, err);
 	if (r < 0)
@@ -84,15 +91,17 @@ int ctl_net_setup(struct ctl_net *n, const struct ctl_net_opts *o, struct sbx_sp
 		for (size_t j = 0; j < n->gp.n_env; j++)
 			if (env_name_len(n->gp.env[j]) == len &&
 			    strncmp(spec->env[i], n->gp.env[j], len) == 0)
-				return al_error_set(err, -EINVAL,
-						    "--env %.*s: the gateway sets this variable in a "
-						    "sandbox with a network",
-						    (int)len, spec->env[i]);
+				return al_error_set(
+					err, -EINVAL,
+					"--env %.*s: the gateway sets this variable in a "
+					"sandbox with a network",
+					(int)len, spec->env[i]);
 	}
 	if (spec->n_env + n->gp.n_env > SBX_MAX_ENV)
-		return al_error_set(err, -E2BIG,
-				    "too many --env options with the gateway's variables (at most %d)",
-				    SBX_MAX_ENV);
+		return al_error_set(
+			err, -E2BIG,
+			"too many --env options with the gateway's variables (at most %d)",
+			SBX_MAX_ENV);
 	n->env = calloc(spec->n_env + n->gp.n_env + 1, sizeof(*n->env));
 	if (!n->env)
 		return al_error_set(err, -ENOMEM, "out of memory");

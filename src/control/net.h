@@ -40,7 +40,7 @@ struct ctl_net_opts {
 struct ctl_net {
 	struct gw_proc gp;
 	bool started;
-	char **env;           /* the caller's environment, then the gateway's */
+	char **env; /* the caller's environment, then the gateway's */
 	int audit_fd;
 	struct al_error *err; /* the sandbox call's: the gateway's reason reaches it */
 };

@@ -165,8 +165,8 @@ int gw_host_addrs_snapshot(struct gw_cidr **ret, size_t *ret_n)
 		return -errno;
 	size_t n = 0;
 	for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
-		if (i->ifa_addr && (i->ifa_addr->sa_family == AF_INET ||
-				    i->ifa_addr->sa_family == AF_INET6))
+		if (i->ifa_addr &&
+		    (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6))
 			n++;
 	struct gw_cidr *out = calloc(n ? n : 1, sizeof(*out));
 	if (!out) {
@@ -203,7 +203,8 @@ int gw_addr_is_host(const struct sockaddr *sa, const struct gw_cidr *own, size_t
 	_cleanup_close_ int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	socklen_t len = family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+	socklen_t len = family == AF_INET ? sizeof(struct sockaddr_in) :
+					    sizeof(struct sockaddr_in6);
 	if (connect(fd, sa, len) < 0)
 		return -errno;
 	struct sockaddr_storage me;

@@ -50,10 +50,11 @@ static void put_line(struct gw_sbx *s, json_t *o, bool marker)
 			a->capped = true;
 			char ts[32], why[160];
 			now_text(ts, sizeof(ts));
-			snprintf(why, sizeof(why),
-				 "the audit log reached its limit of %" PRIu64 " bytes (limits: "
-				 "audit_max): nothing more is written, and new requests are refused",
-				 a->max);
+			snprintf(
+				why, sizeof(why),
+				"the audit log reached its limit of %" PRIu64 " bytes (limits: "
+				"audit_max): nothing more is written, and new requests are refused",
+				a->max);
 			json_t *m = json_object();
 			if (!m)
 				return;
@@ -119,9 +120,14 @@ static void summary(struct gw_sbx *s, struct gw_audit_slot *sl)
 {
 	char ts[32];
 	now_text(ts, sizeof(ts));
-	struct gw_audit_rec r = { .kind = sl->kind, .decision = sl->decision, .method = sl->method,
-				  .host = sl->host, .rule = sl->rule, .port = sl->port,
-				  .status = sl->status, .generation = sl->generation };
+	struct gw_audit_rec r = { .kind = sl->kind,
+				  .decision = sl->decision,
+				  .method = sl->method,
+				  .host = sl->host,
+				  .rule = sl->rule,
+				  .port = sl->port,
+				  .status = sl->status,
+				  .generation = sl->generation };
 	json_t *o = base_line(s, ts, &r, NULL);
 	if (!o)
 		return;
@@ -219,7 +225,8 @@ void gw_audit_write(struct gw_sbx *s, const struct gw_audit_rec *r)
 	if (r->path) {
 		size_t n = strlen(r->path);
 		truncated = n > AUDIT_PATH_MAX;
-		snprintf(path, sizeof(path), "%.*s", (int)(truncated ? AUDIT_PATH_MAX : n), r->path);
+		snprintf(path, sizeof(path), "%.*s", (int)(truncated ? AUDIT_PATH_MAX : n),
+			 r->path);
 	}
 	json_t *o = base_line(s, ts, r, r->path ? path : NULL);
 	if (!o)
@@ -239,6 +246,7 @@ void gw_audit(struct conn *c, const char *decision)
 	if (c->audited)
 		return;
 	c->audited = true;
+	/* clang-format off */
 	struct gw_audit_rec r = {
 		.kind = "http", .decision = decision, .method = c->method, .host = c->host,
 		.path = c->path, .rule = c->rule, .credential = c->cred_name, .reason = c->reason,
@@ -246,6 +254,7 @@ void gw_audit(struct conn *c, const char *decision)
 		.bytes_up = c->bytes_up, .bytes_down = c->bytes_down,
 		.duration_ms = gw_ms_since(&c->t0),
 	};
+	/* clang-format on */
 	gw_audit_write(c->s, &r);
 }
 

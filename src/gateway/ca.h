@@ -15,7 +15,7 @@
 
 #define GW_CA_LEAF_CACHE 256 /* leaves kept per CA; least recently used go first */
 
-struct gw_ca;  /* opaque: holds EVP_PKEY and X509 of the CA, and the leaf cache */
+struct gw_ca;	/* opaque: holds EVP_PKEY and X509 of the CA, and the leaf cache */
 struct gw_leaf; /* opaque: a leaf certificate and its private key */
 
 /*

@@ -118,7 +118,8 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 	/* No egress goes unaudited: past the log's limit nothing goes out. */
 	if (c->s->audit.capped) {
 		evbuffer_drain(in, req->head_len);
-		gw_respond_error(c, 503, "the sandbox's audit log is full (limits: audit_max)", false);
+		gw_respond_error(c, 503, "the sandbox's audit log is full (limits: audit_max)",
+				 false);
 		return;
 	}
 
@@ -128,7 +129,8 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		if (c->kind != CK_PROXY || c->ctls ||
 		    host_port(req->authority, 443, c->host, sizeof(c->host), &port) < 0) {
 			evbuffer_drain(in, req->head_len);
-			gw_respond_error(c, 400, "CONNECT is for the proxy port, with HOST:PORT", false);
+			gw_respond_error(c, 400, "CONNECT is for the proxy port, with HOST:PORT",
+					 false);
 			return;
 		}
 		c->port = port;
@@ -171,7 +173,8 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		c->cbev = tls;
 		c->cssl = ssl;
 		c->ctls = true;
-		bufferevent_setcb(tls, gw_client_read_cb, gw_client_write_cb, gw_client_event_cb, c);
+		bufferevent_setcb(tls, gw_client_read_cb, gw_client_write_cb, gw_client_event_cb,
+				  c);
 		c->w_tls = gw_watch_bev(c->s, tls);
 		if (!c->w_tls) {
 			gw_conn_free(c);
@@ -208,8 +211,9 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		}
 		if (c->kind == CK_PROXY && !c->ctls) {
 			evbuffer_drain(in, req->head_len);
-			gw_respond_error(c, 400, "this is a proxy: send absolute-form requests or CONNECT",
-				      false);
+			gw_respond_error(c, 400,
+					 "this is a proxy: send absolute-form requests or CONNECT",
+					 false);
 			return;
 		}
 		if (c->ctls) {
@@ -218,14 +222,16 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 			    (c->sni[0] && strcmp(c->sni, c->tunnel_host) != 0)) {
 				c->port = port;
 				evbuffer_drain(in, req->head_len);
-				gw_respond_error(c, 421, "Host, TLS server name and CONNECT target differ",
-					      false);
+				gw_respond_error(c, 421,
+						 "Host, TLS server name and CONNECT target differ",
+						 false);
 				return;
 			}
 		} else if (port != 80) {
 			c->port = port;
 			evbuffer_drain(in, req->head_len);
-			gw_respond_error(c, 421, "Host names another port than this connection's", false);
+			gw_respond_error(c, 421, "Host names another port than this connection's",
+					 false);
 			return;
 		}
 	}
@@ -254,8 +260,9 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 	size_t query_len = req->path.len - qoff;
 
 	/* Step 2: the request itself. */
-	struct gw_request_facts facts = { .method = c->method, .host = c->host, .port = port,
-					  .path = c->path, .tls = c->ctls };
+	struct gw_request_facts facts = {
+		.method = c->method, .host = c->host, .port = port, .path = c->path, .tls = c->ctls
+	};
 	struct gw_verdict v;
 	gw_decide_request(cfg, e->policy, &facts, &v);
 	c->generation = v.generation;
@@ -287,8 +294,10 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 		}
 		if (!ov.allow || ov.cred != v.cred || ov.check_push != v.check_push) {
 			evbuffer_drain(in, req->head_len);
-			gw_respond_error(c, 403, "a method override names a method this request may "
-					 "not use", false);
+			gw_respond_error(c, 403,
+					 "a method override names a method this request may "
+					 "not use",
+					 false);
 			return;
 		}
 	}
@@ -307,8 +316,10 @@ static void handle_request(struct conn *c, struct gw_http_request *req)
 			if (sv_equal_ci_cstr(req->fields[i].name, "content-encoding") &&
 			    !sv_equal_ci_cstr(req->fields[i].value, "identity")) {
 				evbuffer_drain(in, req->head_len);
-				gw_respond_error(c, 403, "a push's ref updates are checked: send them "
-						 "without Content-Encoding", false);
+				gw_respond_error(c, 403,
+						 "a push's ref updates are checked: send them "
+						 "without Content-Encoding",
+						 false);
 				return;
 			}
 	}
@@ -365,7 +376,8 @@ static void inspect_push(struct conn *c)
 	} else {
 		/* Chunked: the data of the chunks so far, taken out of their
 		 * framing again at each look (bounded: twice the limit). */
-		size_t n = avail < 2 * GW_GITHUB_PUSH_HEAD_MAX ? avail : 2 * GW_GITHUB_PUSH_HEAD_MAX;
+		size_t n = avail < 2 * GW_GITHUB_PUSH_HEAD_MAX ? avail :
+								 2 * GW_GITHUB_PUSH_HEAD_MAX;
 		const char *p = n ? (const char *)evbuffer_pullup(in, (ssize_t)n) : "";
 		struct gw_chunked ch = { 0 };
 		struct buf data = BUF_INIT(GW_GITHUB_PUSH_HEAD_MAX + 65536);
@@ -438,7 +450,8 @@ static void pump_request_body(struct conn *c)
 						out);
 			if (r < 0) {
 				/* Part of the body went already: nothing to answer. */
-				snprintf(c->reason, sizeof(c->reason), "malformed chunked request body");
+				snprintf(c->reason, sizeof(c->reason),
+					 "malformed chunked request body");
 				c->status = 400;
 				gw_audit(c, "error");
 				gw_conn_free(c);
@@ -505,13 +518,14 @@ void gw_process_client(struct conn *c)
 				bool method = r == -501 && !req->http10 && req->method.len &&
 					      req->target.len;
 				free(req);
-				gw_respond_error(c, -r, method ? "method not supported (methods are "
-								 "case-sensitive; TRACE is refused)" :
-						     r == -400 ? "malformed request" :
-						     r == -414 ? "request line too long" :
-						     r == -431 ? "request head too large" :
-								 "not implemented",
-					      false);
+				gw_respond_error(c, -r,
+						 method	   ? "method not supported (methods are "
+							     "case-sensitive; TRACE is refused)" :
+						 r == -400 ? "malformed request" :
+						 r == -414 ? "request line too long" :
+						 r == -431 ? "request head too large" :
+							     "not implemented",
+						 false);
 				return;
 			}
 			handle_request(c, req);
@@ -600,8 +614,11 @@ static void audit_tls_failure(struct conn *c, struct bufferevent *bev)
 		;
 	ERR_clear_error();
 	const char *host = c->tunnel_host[0] ? c->tunnel_host : c->sni[0] ? c->sni : c->host;
-	struct gw_audit_rec r = { .kind = "tls", .decision = decision, .host = host,
-				  .port = c->tunnel_port ? c->tunnel_port : 443, .reason = why,
+	struct gw_audit_rec r = { .kind = "tls",
+				  .decision = decision,
+				  .host = host,
+				  .port = c->tunnel_port ? c->tunnel_port : 443,
+				  .reason = why,
 				  .generation = c->e->policy ? c->e->policy->generation : 0 };
 	gw_audit_write(c->s, &r);
 	c->audited = true;
@@ -653,7 +670,8 @@ int gw_cert_cb(SSL *ssl, void *arg)
 	}
 	/* Transparent 443: the name is all we have. */
 	if (!norm[0] || ip)
-		return refuse_tls(c, norm, "no TLS server name (SNI), or an address: the gateway "
+		return refuse_tls(c, norm,
+				  "no TLS server name (SNI), or an address: the gateway "
 				  "needs the host's name");
 	/* Step 1: the tunnel, named by the handshake alone. */
 	struct gw_verdict v;
@@ -674,8 +692,8 @@ int gw_cert_cb(SSL *ssl, void *arg)
 	return 1;
 }
 
-int gw_alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
-		   const unsigned char *in, unsigned int inlen, void *arg)
+int gw_alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+	       unsigned int inlen, void *arg)
 {
 	for (unsigned i = 0; i < inlen;) {
 		unsigned l = in[i];
@@ -706,7 +724,7 @@ static void kick_client_cb(evutil_socket_t fd, short what, void *ud)
 }
 
 void gw_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
-		      void *ud)
+		  void *ud)
 {
 	struct gw_sbx *s = ud;
 	struct gw_engine *e = s->e;
@@ -717,7 +735,8 @@ void gw_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr 
 	if (s->n_conns >= e->cfg->max_conns) {
 		close(fd);
 		/* Counted, not repeated (audit.c), like any identical denial. */
-		struct gw_audit_rec r = { .kind = "tcp", .decision = "deny",
+		struct gw_audit_rec r = { .kind = "tcp",
+					  .decision = "deny",
 					  .reason = "too many connections from this sandbox "
 						    "(limits: connections)",
 					  .generation = e->policy ? e->policy->generation : 0 };

@@ -172,8 +172,8 @@ static int add_upstream(struct gw_config *cfg, const char *host, size_t hlen, ui
 	if (gw_parse_hostport(host, hlen, u.host, sizeof(u.host), &p, false) < 0 || p)
 		return al_error_set(err, -EINVAL, "%s: expected a host name or IP literal", what);
 	if (gw_parse_sockaddr(to, &u.addr, &u.addr_len) < 0)
-		return al_error_set(err, -EINVAL, "%s: expected ADDR:PORT after '=', not '%s'", what,
-				    to);
+		return al_error_set(err, -EINVAL, "%s: expected ADDR:PORT after '=', not '%s'",
+				    what, to);
 	if (gw_config_upstream(cfg, u.host, u.port))
 		return al_error_set(err, -EEXIST, "%s: %s:%u has an override already", what, u.host,
 				    (unsigned)u.port);
@@ -214,8 +214,9 @@ static int parse_cred(const struct config_node *n, size_t index, struct gw_cred 
 	int rc = config_expect_kind(n, path, CONFIG_MAP, err);
 	if (rc < 0)
 		return rc;
-	static const char *const keys[] = { "secret", "host", "port",	"paths", "header", "prefix",
-					    "query",  "basic", "github", "env",	 "dummy",  NULL };
+	static const char *const keys[] = { "secret", "host",	"port",	 "paths",
+					    "header", "prefix", "query", "basic",
+					    "github", "env",	"dummy", NULL };
 	rc = config_map_check_keys(n, path, keys, err);
 	if (rc < 0)
 		return rc;
@@ -263,13 +264,14 @@ static int parse_cred(const struct config_node *n, size_t index, struct gw_cred 
 		rc = copy_name(v, c->name, sizeof(c->name), true, err);
 		if (rc < 0)
 			return rc;
-		static const char *const forbidden[] = { "host", "content-length", "transfer-encoding",
-							 "connection", "upgrade", "te", "trailer",
-							 "proxy-authorization", "keep-alive", NULL };
+		static const char *const forbidden[] = {
+			"host", "content-length", "transfer-encoding",	 "connection", "upgrade",
+			"te",	"trailer",	  "proxy-authorization", "keep-alive", NULL
+		};
 		for (size_t i = 0; forbidden[i]; i++)
 			if (strcasecmp(c->name, forbidden[i]) == 0)
-				return config_error(v, NULL, err, "header %s cannot carry a credential",
-						    c->name);
+				return config_error(v, NULL, err,
+						    "header %s cannot carry a credential", c->name);
 	}
 	if ((v = config_map_get(n, "query"))) {
 		kinds++;
@@ -299,7 +301,8 @@ static int parse_cred(const struct config_node *n, size_t index, struct gw_cred 
 		for (size_t i = 0; ok && i < len; i++)
 			ok = (unsigned char)s[i] >= 0x20 && (unsigned char)s[i] < 0x7f;
 		if (!ok)
-			return config_error(v, NULL, err, "expected up to %zu printable ASCII characters",
+			return config_error(v, NULL, err,
+					    "expected up to %zu printable ASCII characters",
 					    sizeof(c->prefix) - 1);
 		memcpy(c->prefix, s, len + 1);
 	}
@@ -312,7 +315,8 @@ static int parse_cred(const struct config_node *n, size_t index, struct gw_cred 
 		rc = copy_name(v, c->env, sizeof(c->env), false, err);
 		if (rc < 0)
 			return rc;
-		if (strchr(c->env, '-') || strchr(c->env, '.') || (c->env[0] >= '0' && c->env[0] <= '9'))
+		if (strchr(c->env, '-') || strchr(c->env, '.') ||
+		    (c->env[0] >= '0' && c->env[0] <= '9'))
 			return config_error(v, NULL, err, "expected an environment variable name");
 	}
 	snprintf(c->dummy, sizeof(c->dummy), "airlock-dummy-%s", c->secret);
@@ -326,7 +330,8 @@ static int parse_cred(const struct config_node *n, size_t index, struct gw_cred 
 		for (size_t i = 0; ok && i < len; i++)
 			ok = (unsigned char)s[i] > 0x20 && (unsigned char)s[i] < 0x7f;
 		if (!ok)
-			return config_error(v, NULL, err, "expected up to %zu printable ASCII characters",
+			return config_error(v, NULL, err,
+					    "expected up to %zu printable ASCII characters",
 					    sizeof(c->dummy) - 1);
 		memcpy(c->dummy, s, len + 1);
 	}
@@ -346,7 +351,8 @@ static int parse_extras(const struct config_doc *doc, struct gw_config *cfg, str
 			return rc;
 		size_t count = config_node_count(n);
 		if (count > GW_CRED_MAX)
-			return config_error(n, "credentials", err, "at most %d credentials", GW_CRED_MAX);
+			return config_error(n, "credentials", err, "at most %d credentials",
+					    GW_CRED_MAX);
 		cfg->creds = calloc(count ? count : 1, sizeof(*cfg->creds));
 		if (!cfg->creds)
 			return al_error_set(err, -ENOMEM, "out of memory");
@@ -383,7 +389,8 @@ static int parse_extras(const struct config_doc *doc, struct gw_config *cfg, str
 			    (rc = config_get_str(tv, NULL, &to, err)) < 0)
 				return rc;
 			if (port == 0 || port > 65535)
-				return config_error(pv, NULL, err, "expected a port from 1 to 65535");
+				return config_error(pv, NULL, err,
+						    "expected a port from 1 to 65535");
 			char what[128];
 			snprintf(what, sizeof(what), "%s:%u: %s", config_doc_name(doc),
 				 config_node_line(u), path);
@@ -405,7 +412,8 @@ static int parse_extras(const struct config_doc *doc, struct gw_config *cfg, str
 			const struct config_node *v = config_map_value(n, i);
 			struct gw_static_host *h = &cfg->hosts[i];
 			bool ip;
-			if (gw_host_normalize(name, strlen(name), h->host, sizeof(h->host), &ip) < 0 ||
+			if (gw_host_normalize(name, strlen(name), h->host, sizeof(h->host), &ip) <
+				    0 ||
 			    ip)
 				return config_error(config_map_key_node(n, i), NULL, err,
 						    "expected a host name");
@@ -416,7 +424,8 @@ static int parse_extras(const struct config_doc *doc, struct gw_config *cfg, str
 			char buf[80];
 			snprintf(buf, sizeof(buf), strchr(addr, ':') ? "[%s]:1" : "%s:1", addr);
 			if (gw_parse_sockaddr(buf, &h->addr, &h->addr_len) < 0)
-				return config_error(v, NULL, err, "expected an IPv4 or IPv6 address");
+				return config_error(v, NULL, err,
+						    "expected an IPv4 or IPv6 address");
 			cfg->n_hosts = i + 1;
 		}
 	}
@@ -424,16 +433,19 @@ static int parse_extras(const struct config_doc *doc, struct gw_config *cfg, str
 		rc = config_expect_kind(n, "limits", CONFIG_MAP, err);
 		if (rc < 0)
 			return rc;
-		static const char *const all[] = { "head_timeout", "idle_timeout", "connect_timeout",
-						   "upstream_timeout", "write_timeout", "audit_max",
-						   "connections", "buffers", NULL };
+		static const char *const all[] = {
+			"head_timeout",	    "idle_timeout",  "connect_timeout",
+			"upstream_timeout", "write_timeout", "audit_max",
+			"connections",	    "buffers",	     NULL
+		};
 		rc = config_map_check_keys(n, "limits", all, err);
 		if (rc < 0)
 			return rc;
-		static const char *const keys[] = { "head_timeout", "idle_timeout", "connect_timeout",
-						    "upstream_timeout", "write_timeout", NULL };
-		uint64_t *dst[] = { &cfg->head_ms, &cfg->idle_ms, &cfg->connect_ms, &cfg->upstream_ms,
-				    &cfg->write_ms };
+		static const char *const keys[] = { "head_timeout",    "idle_timeout",
+						    "connect_timeout", "upstream_timeout",
+						    "write_timeout",   NULL };
+		uint64_t *dst[] = { &cfg->head_ms, &cfg->idle_ms, &cfg->connect_ms,
+				    &cfg->upstream_ms, &cfg->write_ms };
 		for (size_t i = 0; keys[i]; i++) {
 			const struct config_node *v = config_map_get(n, keys[i]);
 			if (!v)
@@ -462,12 +474,13 @@ static int parse_extras(const struct config_doc *doc, struct gw_config *cfg, str
 			if (!v)
 				continue;
 			uint64_t x;
-			rc = lim[i].size ? config_get_size(v, NULL, &x, err)
-					 : config_get_u64(v, NULL, &x, err);
+			rc = lim[i].size ? config_get_size(v, NULL, &x, err) :
+					   config_get_u64(v, NULL, &x, err);
 			if (rc < 0)
 				return rc;
 			if (x < lim[i].min || x > lim[i].max)
-				return config_error(v, NULL, err, "expected %s%" PRIu64 " to %" PRIu64,
+				return config_error(v, NULL, err,
+						    "expected %s%" PRIu64 " to %" PRIu64,
 						    lim[i].size ? "a size of " : "", lim[i].min,
 						    lim[i].max);
 			*ldst[i] = x;
@@ -515,13 +528,13 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 	int rc;
 	if (o->policy_file || o->policy_text) {
 		_cleanup_config_doc_ struct config_doc *doc = NULL;
-		rc = o->policy_file ? config_load_file(o->policy_file, &doc, err)
-				    : config_load_string("policy", o->policy_text, o->policy_len, &doc,
-							 err);
+		rc = o->policy_file ?
+			     config_load_file(o->policy_file, &doc, err) :
+			     config_load_string("policy", o->policy_text, o->policy_len, &doc, err);
 		if (rc < 0)
 			return rc;
 		static const char *const extra[] = { "credentials", "upstreams", "hosts",
-						     "allow_cidrs", "limits", NULL };
+						     "allow_cidrs", "limits",	 NULL };
 		rc = gw_policy_from_doc(doc, extra, 1, &cfg->policy, err);
 		if (rc < 0)
 			return rc;
@@ -548,7 +561,9 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 		for (size_t i = 0; i < o->n_grants; i++) {
 			const char *g = o->grants[i];
 			bool admin = strncmp(g, "github-admin:", 13) == 0;
-			const char *name = admin ? g + 13 : strncmp(g, "github:", 7) == 0 ? g + 7 : NULL;
+			const char *name = admin			 ? g + 13 :
+					   strncmp(g, "github:", 7) == 0 ? g + 7 :
+									   NULL;
 			if (!name || gw_github_grant_parse(name, &cfg->grants[i]) < 0)
 				return al_error_set(err, -EINVAL,
 						    "--grant %s: expected github:OWNER/REPO or "
@@ -565,9 +580,11 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 		snprintf(what, sizeof(what), "--upstream %.250s", s);
 		char host[GW_HOST_MAX + 3];
 		uint16_t port;
-		if (!eq || gw_parse_hostport(s, (size_t)(eq - s), host, sizeof(host), &port, true) < 0)
+		if (!eq ||
+		    gw_parse_hostport(s, (size_t)(eq - s), host, sizeof(host), &port, true) < 0)
 			return al_error_set(err, -EINVAL, "%s: expected HOST:PORT=ADDR:PORT", what);
-		const char *colon = s[0] == '[' ? strchr(s, ']') + 1 : memchr(s, ':', (size_t)(eq - s));
+		const char *colon = s[0] == '[' ? strchr(s, ']') + 1 :
+						  memchr(s, ':', (size_t)(eq - s));
 		rc = add_upstream(cfg, s, (size_t)(colon - s), port, eq + 1, err, what);
 		if (rc < 0)
 			return rc;
@@ -673,8 +690,9 @@ int gw_config_check_vault(const struct gw_config *cfg, const struct gw_vault *v,
 		size_t len;
 		if (!gw_vault_get(v, cfg->creds[i].secret, &len))
 			return al_error_set(err, -ENOENT,
-					    "credentials[%zu]: the vault %s has no secret \"%s\"", i,
-					    cfg->vault_file ? cfg->vault_file : "", cfg->creds[i].secret);
+					    "credentials[%zu]: the vault %s has no secret \"%s\"",
+					    i, cfg->vault_file ? cfg->vault_file : "",
+					    cfg->creds[i].secret);
 	}
 	return 0;
 }
@@ -729,10 +747,11 @@ int gw_config_add_secret_forms(const struct gw_config *cfg, struct gw_vault *v,
 			explicit_bzero(pct, 3 * len + 1);
 		}
 		if (r < 0)
-			return al_error_set(err, r,
-					    "credentials[%zu]: the encoded form of secret \"%s\" cannot be "
-					    "redacted safely",
-					    i, cr->secret);
+			return al_error_set(
+				err, r,
+				"credentials[%zu]: the encoded form of secret \"%s\" cannot be "
+				"redacted safely",
+				i, cr->secret);
 	}
 	return 0;
 }

@@ -25,6 +25,7 @@ double gw_ms_since(const struct timespec *t0)
 	return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
+/* clang-format off */
 static const char *status_text(int status)
 {
 	switch (status) {
@@ -42,6 +43,7 @@ static const char *status_text(int status)
 	default: return "Error";
 	}
 }
+/* clang-format on */
 
 /* ---- budgets: every buffer reports what it holds ---- */
 
@@ -239,11 +241,12 @@ void gw_respond_error(struct conn *c, int status, const char *reason, bool keep)
 	if ((size_t)blen >= sizeof(body))
 		blen = sizeof(body) - 1;
 	bool close = !keep || c->req_close;
-	evbuffer_add_printf(out,
-			    "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
-			    "Content-Length: %d\r\nX-Airlock-Reason: %s\r\nCache-Control: no-store\r\n"
-			    "Connection: %s\r\n\r\n",
-			    status, status_text(status), blen, reason, close ? "close" : "keep-alive");
+	evbuffer_add_printf(
+		out,
+		"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n"
+		"Content-Length: %d\r\nX-Airlock-Reason: %s\r\nCache-Control: no-store\r\n"
+		"Connection: %s\r\n\r\n",
+		status, status_text(status), blen, reason, close ? "close" : "keep-alive");
 	if (!c->head_req)
 		evbuffer_add(out, body, (size_t)blen);
 	c->bytes_down = (uint64_t)blen;
@@ -309,7 +312,8 @@ void gw_reset_request(struct conn *c)
 
 struct timeval gw_ms_tv(uint64_t ms)
 {
-	return (struct timeval){ .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+	return (struct timeval){ .tv_sec = (time_t)(ms / 1000),
+				 .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
 }
 
 void gw_arm_timer(struct conn *c, uint64_t ms)

@@ -26,8 +26,8 @@ const struct gw_cred *gw_find_cred(const struct gw_config *cfg, const char *host
 	return NULL;
 }
 
-void gw_decide_tunnel(const struct gw_config *cfg, const struct gw_policy *policy,
-		      const char *host, uint16_t port, struct gw_verdict *ret)
+void gw_decide_tunnel(const struct gw_config *cfg, const struct gw_policy *policy, const char *host,
+		      uint16_t port, struct gw_verdict *ret)
 {
 	*ret = (struct gw_verdict){ .allow = true, .generation = policy ? policy->generation : 0 };
 	const char *denied = gw_policy_host_denied(policy, host);
@@ -88,11 +88,13 @@ void gw_decide_request(const struct gw_config *cfg, const struct gw_policy *poli
 			if (!g->admin && gw_github_needs_admin(rq->host, rq->method, rq->path)) {
 				ret->allow = false;
 				ret->status = 403;
-				ret->reason = "this GitHub endpoint administers, creates, deletes, publishes, "
-					      "approves or merges: it needs a github-admin:OWNER/REPO grant";
+				ret->reason =
+					"this GitHub endpoint administers, creates, deletes, publishes, "
+					"approves or merges: it needs a github-admin:OWNER/REPO grant";
 				return;
 			}
-			ret->check_push = !g->admin && gw_github_is_push(rq->host, rq->method, rq->path);
+			ret->check_push = !g->admin &&
+					  gw_github_is_push(rq->host, rq->method, rq->path);
 		}
 	}
 	/* Never in clear text. */

@@ -23,10 +23,10 @@
 
 struct gw_verdict {
 	bool allow;
-	int status;                 /* the answer when refused (403) */
-	const char *rule;           /* the deciding rule's id, or NULL */
-	uint64_t generation;        /* the policy generation that decided */
-	const char *reason;         /* static text for the client and the audit line */
+	int status;		    /* the answer when refused (403) */
+	const char *rule;	    /* the deciding rule's id, or NULL */
+	uint64_t generation;	    /* the policy generation that decided */
+	const char *reason;	    /* static text for the client and the audit line */
 	const struct gw_cred *cred; /* allowed requests: the credential to inject, or NULL */
 	/* A git push under a plain GitHub grant: allowed only once its ref
 	 * updates are read and checked (gw_github_push_check). */
@@ -34,8 +34,8 @@ struct gw_verdict {
 };
 
 /* Step 1. port 0: any port (the DNS stub's question). */
-void gw_decide_tunnel(const struct gw_config *cfg, const struct gw_policy *policy,
-		      const char *host, uint16_t port, struct gw_verdict *ret);
+void gw_decide_tunnel(const struct gw_config *cfg, const struct gw_policy *policy, const char *host,
+		      uint16_t port, struct gw_verdict *ret);
 
 /* What a request's decision is made of. host normalized, path canonical. */
 struct gw_request_facts {

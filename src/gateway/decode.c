@@ -44,8 +44,9 @@ enum gw_coding gw_coding_parse(struct sv v)
 
 const char *gw_coding_name(enum gw_coding c)
 {
-	static const char *const names[] = { "identity", "gzip", "deflate", "br", "zstd",
-					     "unknown" };
+	static const char *const names[] = {
+		"identity", "gzip", "deflate", "br", "zstd", "unknown"
+	};
 	return (unsigned)c <= GW_CODING_UNKNOWN ? names[c] : "unknown";
 }
 

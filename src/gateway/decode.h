@@ -23,11 +23,11 @@
 
 enum gw_coding {
 	GW_CODING_IDENTITY = 0, /* no Content-Encoding, or "identity" */
-	GW_CODING_GZIP,         /* gzip, x-gzip */
-	GW_CODING_DEFLATE,      /* deflate: zlib-wrapped, or raw as some servers send */
+	GW_CODING_GZIP,		/* gzip, x-gzip */
+	GW_CODING_DEFLATE,	/* deflate: zlib-wrapped, or raw as some servers send */
 	GW_CODING_BR,
 	GW_CODING_ZSTD,
-	GW_CODING_UNKNOWN,      /* anything else, or a list of codings */
+	GW_CODING_UNKNOWN, /* anything else, or a list of codings */
 };
 
 /* The coding a Content-Encoding value names (case-insensitive, spaces

@@ -24,10 +24,10 @@
 typedef bool (*gw_dns_allow_fn)(const char *name, void *userdata);
 
 struct gw_dns_config {
-	uint8_t ipv4[4];    /* the answer for A queries of allowed names */
+	uint8_t ipv4[4]; /* the answer for A queries of allowed names */
 	bool have_ipv6;
-	uint8_t ipv6[16];   /* the answer for AAAA queries, when have_ipv6 */
-	uint32_t ttl;       /* seconds */
+	uint8_t ipv6[16]; /* the answer for AAAA queries, when have_ipv6 */
+	uint32_t ttl;	  /* seconds */
 	gw_dns_allow_fn allow;
 	void *userdata;
 };
@@ -52,5 +52,5 @@ struct gw_dns_config {
  *   - NOERROR with no answer: any other type for an allowed name.
  * Names are matched case-insensitively (lower-cased before allow()).
  */
-size_t gw_dns_answer(const struct gw_dns_config *cfg, const uint8_t *q, size_t qlen,
-		     uint8_t *out, size_t out_size);
+size_t gw_dns_answer(const struct gw_dns_config *cfg, const uint8_t *q, size_t qlen, uint8_t *out,
+		     size_t out_size);

@@ -39,7 +39,9 @@ static bool dns_allow(const char *name, void *ud)
 	if (!v.allow) {
 		/* What the sandbox tried to reach, even if it never connects:
 		 * the name as asked (its characters are checked by the stub). */
-		struct gw_audit_rec r = { .kind = "dns", .decision = "deny", .host = name,
+		struct gw_audit_rec r = { .kind = "dns",
+					  .decision = "deny",
+					  .host = name,
 					  .reason = v.reason,
 					  .generation = e->policy ? e->policy->generation : 0 };
 		gw_audit_write(s, &r);
@@ -50,8 +52,9 @@ static bool dns_allow(const char *name, void *ud)
 static void dns_cb_udp(evutil_socket_t fd, short what, void *ud)
 {
 	struct gw_sbx *s = ud;
-	struct gw_dns_config dc = { .ipv4 = { 127, 0, 0, 2 }, .ttl = 60, .allow = dns_allow,
-				    .userdata = s };
+	struct gw_dns_config dc = {
+		.ipv4 = { 127, 0, 0, 2 }, .ttl = 60, .allow = dns_allow, .userdata = s
+	};
 	for (int i = 0; i < 64; i++) {
 		uint8_t q[1500], a[GW_DNS_MAX_MSG];
 		struct sockaddr_storage from;
@@ -140,8 +143,8 @@ int gw_engine_add_sandbox(struct gw_engine *e, const char *id, const struct gw_l
 		if (fds[i] < 0)
 			continue;
 		evutil_make_socket_nonblocking(fds[i]);
-		s->listeners[i] = evconnlistener_new(e->base, gw_accept_cb, s, LEV_OPT_CLOSE_ON_FREE, -1,
-						     fds[i]);
+		s->listeners[i] = evconnlistener_new(e->base, gw_accept_cb, s,
+						     LEV_OPT_CLOSE_ON_FREE, -1, fds[i]);
 		if (!s->listeners[i]) {
 			close(fds[i]);
 			rc = -ENOMEM;
@@ -155,8 +158,8 @@ int gw_engine_add_sandbox(struct gw_engine *e, const char *id, const struct gw_l
 	}
 	if (l->control >= 0) {
 		evutil_make_socket_nonblocking(l->control);
-		s->control = evconnlistener_new(e->base, control_accept_cb, s, LEV_OPT_CLOSE_ON_FREE,
-						-1, l->control);
+		s->control = evconnlistener_new(e->base, control_accept_cb, s,
+						LEV_OPT_CLOSE_ON_FREE, -1, l->control);
 		if (!s->control) {
 			close(l->control);
 			rc = -ENOMEM;
@@ -261,8 +264,10 @@ static void ctl_cb(evutil_socket_t fd, short what, void *ud)
 		r = al_error_set(&err, r, "bad ATTACH request");
 	} else {
 		struct gw_listeners l = {
-			.proxy = a.fd[GW_SLOT_PROXY], .http = a.fd[GW_SLOT_HTTP],
-			.https = a.fd[GW_SLOT_HTTPS], .dns = a.fd[GW_SLOT_DNS],
+			.proxy = a.fd[GW_SLOT_PROXY],
+			.http = a.fd[GW_SLOT_HTTP],
+			.https = a.fd[GW_SLOT_HTTPS],
+			.dns = a.fd[GW_SLOT_DNS],
 			.control = a.fd[GW_SLOT_CONTROL],
 		};
 		r = gw_engine_add_sandbox(e, a.id, &l, a.fd[GW_SLOT_AUDIT], a.fd[GW_SLOT_WATCH],

@@ -33,7 +33,7 @@
 #include "gateway/http.h"
 #include "gateway/internal.h"
 
-#define CONN_HIGH_WATER (256 * 1024)  /* per direction, then the other side pauses */
+#define CONN_HIGH_WATER (256 * 1024) /* per direction, then the other side pauses */
 /*
  * How much a TLS bufferevent reads at a time. libevent reserves that much
  * in its input buffer before each read and keeps the reservation while the
@@ -44,18 +44,18 @@
 #define READ_SMALL 1024
 #define READ_LARGE (16 * 1024)
 #define READ_HOLD 4096
-#define GLOBAL_BUDGET (64ull << 20)   /* bytes queued in all connection buffers */
+#define GLOBAL_BUDGET (64ull << 20) /* bytes queued in all connection buffers */
 /* Timeouts come from the configuration (limits:, see config.c). */
 #define HEAD_DEADLINE_MS (c->e->cfg->head_ms)
 #define IDLE_TIMEOUT_MS (c->e->cfg->idle_ms)
 #define UPSTREAM_CONNECT_MS (c->e->cfg->connect_ms)
 #define UPSTREAM_IDLE_MS (c->e->cfg->upstream_ms)
 #define CLIENT_WRITE_MS (c->e->cfg->write_ms)
-#define POOL_MAX 64         /* idle upstream connections per sandbox */
-#define POOL_IDLE_S 30      /* then closed */
-#define SESSION_CACHE 64    /* upstream TLS sessions kept for resumption */
+#define POOL_MAX 64	 /* idle upstream connections per sandbox */
+#define POOL_IDLE_S 30	 /* then closed */
+#define SESSION_CACHE 64 /* upstream TLS sessions kept for resumption */
 
-#define SESSION_CACHE 64    /* upstream TLS sessions kept for resumption */
+#define SESSION_CACHE 64 /* upstream TLS sessions kept for resumption */
 
 struct gw_sbx;
 struct conn;
@@ -69,14 +69,14 @@ struct gw_engine {
 	struct gw_vault *vault;
 	struct gw_ca *ca;
 	SSL_CTX *srv_ctx, *up_ctx;
-	X509_STORE *store;       /* up_ctx's */
+	X509_STORE *store; /* up_ctx's */
 	struct {
 		char key[GW_SANDBOX_ID_MAX + GW_HOST_MAX + 12]; /* sandbox host:port */
 		SSL_SESSION *sess;
 	} sessions[SESSION_CACHE];
 	unsigned next_session;
-	int session_key_idx;     /* the SSL ex-data slot of a session's host:port */
-	char *bundle;            /* the system bundle, until first needed */
+	int session_key_idx; /* the SSL ex-data slot of a session's host:port */
+	char *bundle;	     /* the system bundle, until first needed */
 	size_t bundle_len;
 	struct gw_sbx *sandboxes;
 	bool exit_when_idle;
@@ -108,17 +108,17 @@ struct gw_audit_slot {
 	uint16_t port;
 	int status;
 	uint64_t generation;
-	uint64_t count;       /* more of the same since its line */
-	char since[32];       /* when the first of those came */
+	uint64_t count; /* more of the same since its line */
+	char since[32]; /* when the first of those came */
 };
 
 struct gw_audit {
 	int fd;
 	uint64_t written, max;
 	bool capped;
-	uint64_t dropped;     /* lines not written after the cap */
+	uint64_t dropped;	     /* lines not written after the cap */
 	struct gw_audit_slot *slots; /* AUDIT_SLOTS, allocated on the first denial */
-	struct event *flush;  /* the summary timer, armed while counts wait */
+	struct event *flush;	     /* the summary timer, armed while counts wait */
 };
 
 /* What an audit line says (audit.c writes it). */
@@ -205,13 +205,13 @@ struct conn {
 	/* closing_drain_cb on the output below a closing TLS filter: removed
 	 * before the connection goes (libevent may run it deferred, later). */
 	struct evbuffer_cb_entry *drain_cb;
-	struct event *kick_up;     /* moves buffered upstream bytes on (after a pause) */
+	struct event *kick_up;	   /* moves buffered upstream bytes on (after a pause) */
 	struct event *kick_client; /* moves buffered client bytes on */
-	unsigned hold;             /* callers up the stack still use it */
-	bool dead;                 /* freed while held: goes when the last hold does */
+	unsigned hold;		   /* callers up the stack still use it */
+	bool dead;		   /* freed while held: goes when the last hold does */
 	bool head_started;
-	bool tls_up;                  /* the TLS handshake with the client completed */
-	const char *tls_refusal;      /* why the handshake was refused (static text) */
+	bool tls_up;		 /* the TLS handshake with the client completed */
+	const char *tls_refusal; /* why the handshake was refused (static text) */
 
 	/* The request under way. */
 	char method[33];
@@ -242,20 +242,20 @@ struct conn {
 
 	/* The response. */
 	bool resp_head_done, resp_done;
-	unsigned interim;          /* 1xx heads before the final one */
+	unsigned interim; /* 1xx heads before the final one */
 	enum gw_http_body resp_body;
 	uint64_t resp_left;
 	struct gw_chunked resp_ch;
-	struct gw_redactor *red;   /* a credential went out: what comes back is redacted */
-	struct gw_decoder *dec;    /* ... and decoded first when the upstream compressed it */
-	struct evbuffer *dec_in;   /* encoded body bytes waiting for the decoder */
-	size_t dec_step;           /* decoded bytes of the current decoder call */
-	bool wire_done;            /* the body's last byte came from the upstream */
-	struct gw_ws *ws;          /* after a credentialed WebSocket upgrade: frames redacted */
-	struct evbuffer *acc;      /* response bytes gathered, written to the client at once */
+	struct gw_redactor *red; /* a credential went out: what comes back is redacted */
+	struct gw_decoder *dec;	 /* ... and decoded first when the upstream compressed it */
+	struct evbuffer *dec_in; /* encoded body bytes waiting for the decoder */
+	size_t dec_step;	 /* decoded bytes of the current decoder call */
+	bool wire_done;		 /* the body's last byte came from the upstream */
+	struct gw_ws *ws;	 /* after a credentialed WebSocket upgrade: frames redacted */
+	struct evbuffer *acc;	 /* response bytes gathered, written to the client at once */
 	bool rechunk, unframed, close_after;
-	bool reused;               /* this exchange went on a kept-alive upstream connection */
-	struct evbuffer *retry;    /* its head, to resend once on a fresh connection */
+	bool reused;		/* this exchange went on a kept-alive upstream connection */
+	struct evbuffer *retry; /* its head, to resend once on a fresh connection */
 	int status;
 
 	/* For the audit line. */
@@ -307,8 +307,8 @@ void gw_audit_close(struct gw_sbx *s);
 void gw_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
 		  void *ud);
 int gw_cert_cb(SSL *ssl, void *arg);
-int gw_alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
-	       const unsigned char *in, unsigned int inlen, void *arg);
+int gw_alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen, const unsigned char *in,
+	       unsigned int inlen, void *arg);
 void gw_process_client(struct conn *c);
 void gw_client_read_cb(struct bufferevent *bev, void *ud);
 void gw_client_write_cb(struct bufferevent *bev, void *ud);
@@ -318,9 +318,9 @@ void gw_client_event_cb(struct bufferevent *bev, short what, void *ud);
 void gw_upstream_start(struct conn *c);
 void gw_release_upstream(struct conn *c);
 void gw_pooled_free(struct pooled *p);
-void gw_build_upstream_head(struct conn *c, const struct gw_http_request *req,
-			    const char *canon, const char *query, size_t query_len,
-			    const struct gw_cred *cred, const char *secret, size_t secret_len);
+void gw_build_upstream_head(struct conn *c, const struct gw_http_request *req, const char *canon,
+			    const char *query, size_t query_len, const struct gw_cred *cred,
+			    const char *secret, size_t secret_len);
 /* Upstream TLS sessions resumed per host:port. */
 void gw_upstream_ctx_setup(struct gw_engine *e);
 void gw_upstream_sessions_free(struct gw_engine *e);

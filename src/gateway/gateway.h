@@ -34,7 +34,7 @@
 #define GW_PROXY_ADDR "127.0.0.1"
 #define GW_PROXY_PORT 3128
 #define GW_TRANSPARENT_ADDR "127.0.0.2" /* the DNS stub's answer; listens on 80 and 443 */
-#define GW_DNS_ADDR "127.0.0.1"         /* port 53, UDP */
+#define GW_DNS_ADDR "127.0.0.1"		/* port 53, UDP */
 
 /* Default unprivileged uid/gid of the gateway (AIRLOCK_GATEWAY_UID overrides). */
 #define GW_DEFAULT_UID 0x5fffffffu
@@ -45,26 +45,26 @@
 enum gw_mode {
 	GW_MODE_NONE = 0,   /* nothing leaves */
 	GW_MODE_RESTRICTED, /* the policy decides every request */
-	GW_MODE_OPEN,       /* any public host (address vetting and audit still apply) */
+	GW_MODE_OPEN,	    /* any public host (address vetting and audit still apply) */
 };
 
 /* What the caller collected (command line, later the control side). */
 struct gw_options {
 	enum gw_mode mode;
-	const char *label;             /* sandbox id or "standalone": CA subject, audit lines */
-	const char *policy_file;       /* NULL: none (see docs/gateway.md) */
-	const char *policy_text;       /* or the same format in memory (policy_file NULL) */
+	const char *label;	 /* sandbox id or "standalone": CA subject, audit lines */
+	const char *policy_file; /* NULL: none (see docs/gateway.md) */
+	const char *policy_text; /* or the same format in memory (policy_file NULL) */
 	size_t policy_len;
-	char *const *allow;            /* --allow RULE: HOST[:PORT][/PATH-PREFIX] */
+	char *const *allow; /* --allow RULE: HOST[:PORT][/PATH-PREFIX] */
 	size_t n_allow;
-	char *const *grants;           /* --grant github:OWNER/REPO */
+	char *const *grants; /* --grant github:OWNER/REPO */
 	size_t n_grants;
-	char *const *upstreams;        /* --upstream HOST:PORT=ADDR:PORT */
+	char *const *upstreams; /* --upstream HOST:PORT=ADDR:PORT */
 	size_t n_upstreams;
-	char *const *upstream_cas;     /* --upstream-ca FILE (PEM) */
+	char *const *upstream_cas; /* --upstream-ca FILE (PEM) */
 	size_t n_upstream_cas;
-	const char *vault_file;        /* NULL: no credentials */
-	bool many_clients;             /* `airlock gateway`: one listener for a whole host, so
+	const char *vault_file; /* NULL: no credentials */
+	bool many_clients;	/* `airlock gateway`: one listener for a whole host, so
 					* limits.connections defaults to its maximum and the
 					* audit log is not bounded unless limits.audit_max is set */
 };
@@ -105,15 +105,15 @@ struct gw_proc {
 	int ctl;      /* IPC socket to the gateway */
 	char *ca_pem; /* the sandbox's CA certificate (PEM); for its trust bundle */
 	size_t ca_pem_len;
-	char **env;   /* the sandbox's environment (gw_sandbox_env), NULL-terminated */
+	char **env; /* the sandbox's environment (gw_sandbox_env), NULL-terminated */
 	size_t n_env;
 };
 
 /* How the gateway process lives. */
 struct gw_start_opts {
-	bool detach;    /* outlive the caller (persistent sandboxes): new session */
-	int log_fd;     /* gateway's own errors; -1: /dev/null */
-	uint32_t uid;   /* unprivileged user to become; 0: gw_uid_from_env */
+	bool detach;  /* outlive the caller (persistent sandboxes): new session */
+	int log_fd;   /* gateway's own errors; -1: /dev/null */
+	uint32_t uid; /* unprivileged user to become; 0: gw_uid_from_env */
 	/* The sandboxes' uids, [first, end), which uid must stay out of
 	 * (gw_uid_check; the gateway checks again); end 0: none. */
 	uint32_t sandbox_uid_first, sandbox_uid_end;
@@ -134,11 +134,11 @@ int gw_start(const struct gw_options *opts, const struct gw_start_opts *so, stru
 
 /* A sandbox's listeners, created in its network namespace; -1 when absent. */
 struct gw_listeners {
-	int proxy;     /* TCP GW_PROXY_ADDR:GW_PROXY_PORT, listening */
-	int http;      /* TCP GW_TRANSPARENT_ADDR:80, listening */
-	int https;     /* TCP GW_TRANSPARENT_ADDR:443, listening */
-	int dns;       /* UDP GW_DNS_ADDR:53, bound */
-	int control;   /* optional: a listening AF_UNIX socket (root only) for gw_set_policy */
+	int proxy;   /* TCP GW_PROXY_ADDR:GW_PROXY_PORT, listening */
+	int http;    /* TCP GW_TRANSPARENT_ADDR:80, listening */
+	int https;   /* TCP GW_TRANSPARENT_ADDR:443, listening */
+	int dns;     /* UDP GW_DNS_ADDR:53, bound */
+	int control; /* optional: a listening AF_UNIX socket (root only) for gw_set_policy */
 };
 
 /*
@@ -156,8 +156,8 @@ int gw_attach(struct gw_proc *gp, const char *sandbox_id, const struct gw_listen
  * file's "rules"): the new generation replaces the old one whole, or the
  * old one stays and err says why. *ret_generation: the new generation.
  */
-int gw_set_policy(const char *control_path, const char *text, size_t len,
-		  uint64_t *ret_generation, struct al_error *err);
+int gw_set_policy(const char *control_path, const char *text, size_t len, uint64_t *ret_generation,
+		  struct al_error *err);
 
 /* Stops the gateway (SIGKILL if it does not stop within a second), reaps it, frees gp. */
 void gw_stop(struct gw_proc *gp);

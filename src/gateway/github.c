@@ -197,19 +197,21 @@ static bool seg_has(struct sv seg, const char *word)
 bool gw_github_needs_admin(const char *host, const char *method, const char *path)
 {
 	/* Administration and secrets, for any method. */
+	/* clang-format off */
 	static const char *const admin_any[] = {
 		"hooks", "keys", "collaborators", "invitations", "teams", "rulesets", "autolinks",
 		"environments", "secret-scanning", "code-scanning", "dependabot", "codespaces",
 		"vulnerability-alerts", "automated-security-fixes",
 		"private-vulnerability-reporting", "interaction-limits", "properties", NULL,
 	};
+	/* clang-format on */
 	static const char *const actions_admin[] = { "permissions", "runners", "oidc", "cache",
 						     NULL };
 	/* The work a grant is for: writes allowed below these (with the
 	 * exceptions below: refs, contents and reviews). */
 	static const char *const work_writes[] = {
-		"issues", "pulls", "labels", "milestones", "comments", "git", "statuses",
-		"check-runs", "check-suites", "commits", NULL,
+		"issues",   "pulls",	  "labels",	  "milestones", "comments", "git",
+		"statuses", "check-runs", "check-suites", "commits",	NULL,
 	};
 	if (!host || !method || !path || strcmp(host, "api.github.com") != 0)
 		return false;
@@ -236,7 +238,8 @@ bool gw_github_needs_admin(const char *host, const char *method, const char *pat
 	    (seg_in(segs[1], actions_admin) || seg_has(segs[1], "secret") ||
 	     seg_has(segs[1], "variable")))
 		return true;
-	if (sv_equal_ci_cstr(segs[0], "branches") && n > 2 && sv_equal_ci_cstr(segs[2], "protection"))
+	if (sv_equal_ci_cstr(segs[0], "branches") && n > 2 &&
+	    sv_equal_ci_cstr(segs[2], "protection"))
 		return true;
 	if (sv_equal_ci_cstr(segs[0], "tags") && n > 1 && sv_equal_ci_cstr(segs[1], "protection"))
 		return true;
@@ -275,7 +278,8 @@ static int pkt_len(const char *p, size_t *ret)
 		char c = p[i];
 		int d = c >= '0' && c <= '9' ? c - '0' :
 			c >= 'a' && c <= 'f' ? c - 'a' + 10 :
-			c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+			c >= 'A' && c <= 'F' ? c - 'A' + 10 :
+					       -1;
 		if (d < 0)
 			return -1;
 		v = v << 4 | (size_t)d;
@@ -356,11 +360,12 @@ int gw_github_push_check(const char *body, size_t len, bool complete, const char
 		struct sv heads = SV_LIT("refs/heads/");
 		if (!sv_starts_with(ref, heads) || ref.len <= heads.len + pl ||
 		    !sv_equal_cstr(sv_make(ref.p + heads.len, pl), prefix)) {
-			*ret_why = is_zero_oid(new) ?
-					   "deleting this ref needs a github-admin:OWNER/REPO grant" :
-					   "a github: grant pushes only branches under its prefix "
-					   "(refs/heads/airlock/...); other branches and tags need a "
-					   "github-admin:OWNER/REPO grant";
+			*ret_why =
+				is_zero_oid(new) ?
+					"deleting this ref needs a github-admin:OWNER/REPO grant" :
+					"a github: grant pushes only branches under its prefix "
+					"(refs/heads/airlock/...); other branches and tags need a "
+					"github-admin:OWNER/REPO grant";
 			return -1;
 		}
 	}

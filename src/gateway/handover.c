@@ -7,22 +7,22 @@
 #include "gateway/handover.h"
 
 enum {
-	TAG_MODE = 1,     /* u32 */
-	TAG_LABEL,        /* string */
+	TAG_MODE = 1,	  /* u32 */
+	TAG_LABEL,	  /* string */
 	TAG_POLICY_FILE,  /* string */
 	TAG_POLICY_TEXT,  /* bytes */
-	TAG_ALLOW,        /* string, repeated */
-	TAG_GRANT,        /* string, repeated */
-	TAG_UPSTREAM,     /* string, repeated */
+	TAG_ALLOW,	  /* string, repeated */
+	TAG_GRANT,	  /* string, repeated */
+	TAG_UPSTREAM,	  /* string, repeated */
 	TAG_UPSTREAM_CA,  /* string, repeated */
-	TAG_VAULT,        /* string */
+	TAG_VAULT,	  /* string */
 	TAG_MANY_CLIENTS, /* u8: 0 or 1 */
-	TAG_UID,          /* u32 */
+	TAG_UID,	  /* u32 */
 	TAG_SANDBOX_UIDS, /* u32 first, u32 end */
-	TAG_DETACH,       /* u8: 0 or 1 */
-	TAG_PARENT,       /* u32 */
-	TAG_ENV_BUNDLE,   /* string */
-	TAG_ENV_CA,       /* string */
+	TAG_DETACH,	  /* u8: 0 or 1 */
+	TAG_PARENT,	  /* u32 */
+	TAG_ENV_BUNDLE,	  /* string */
+	TAG_ENV_CA,	  /* string */
 	TAG_COUNT,
 };
 
@@ -305,8 +305,8 @@ int gw_handover_decode(uint8_t *data, size_t len, struct gw_handover *ret)
 		}
 	}
 	if (rc == 0) {
-		static const int required[] = { TAG_MODE,   TAG_LABEL,      TAG_MANY_CLIENTS,
-						TAG_UID,    TAG_SANDBOX_UIDS, TAG_DETACH,
+		static const int required[] = { TAG_MODE,	TAG_LABEL,	  TAG_MANY_CLIENTS,
+						TAG_UID,	TAG_SANDBOX_UIDS, TAG_DETACH,
 						TAG_ENV_BUNDLE, TAG_ENV_CA };
 		for (size_t i = 0; i < ARRAY_SIZE(required); i++)
 			if (!seen[required[i]])
@@ -339,7 +339,8 @@ int gw_ready_decode(const uint8_t *data, size_t len, struct gw_ready *ret)
 		if (k < 0)
 			return -EBADMSG;
 		if (r.tag == RTAG_PEM) {
-			if (pem || r.len == 0 || r.len > GW_READY_PEM_MAX || memchr(r.p, '\0', r.len))
+			if (pem || r.len == 0 || r.len > GW_READY_PEM_MAX ||
+			    memchr(r.p, '\0', r.len))
 				return -EBADMSG;
 			pem = true;
 			rd.pem = (const char *)r.p;

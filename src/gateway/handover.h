@@ -30,29 +30,31 @@
 #define GW_PROCESS_ARG "--handover"
 #define GW_PROCESS_FD 3
 
-#define GW_HANDOVER_LIST_MAX 256  /* entries of each list (--allow, --grant ...) */
-#define GW_HANDOVER_STR_MAX 4096  /* bytes of a string, its NUL included */
+#define GW_HANDOVER_LIST_MAX 256 /* entries of each list (--allow, --grant ...) */
+#define GW_HANDOVER_STR_MAX 4096 /* bytes of a string, its NUL included */
 #define GW_HANDOVER_POLICY_MAX CONFIG_MAX_FILE_SIZE
-#define GW_HANDOVER_REC 5         /* a record's tag and length */
-#define GW_HANDOVER_MAX                                                                       \
-	(GW_HANDOVER_POLICY_MAX + 4 * GW_HANDOVER_LIST_MAX * (GW_HANDOVER_REC + GW_HANDOVER_STR_MAX) + \
+#define GW_HANDOVER_REC 5 /* a record's tag and length */
+#define GW_HANDOVER_MAX                                                       \
+	(GW_HANDOVER_POLICY_MAX +                                             \
+	 4 * GW_HANDOVER_LIST_MAX * (GW_HANDOVER_REC + GW_HANDOVER_STR_MAX) + \
 	 16 * (GW_HANDOVER_REC + GW_HANDOVER_STR_MAX))
 
 #define GW_READY_PEM_MAX (64 * 1024)
 #define GW_READY_ENV_MAX 512
-#define GW_READY_MAX \
-	(GW_HANDOVER_REC + GW_READY_PEM_MAX + GW_READY_ENV_MAX * (GW_HANDOVER_REC + GW_HANDOVER_STR_MAX))
+#define GW_READY_MAX                          \
+	(GW_HANDOVER_REC + GW_READY_PEM_MAX + \
+	 GW_READY_ENV_MAX * (GW_HANDOVER_REC + GW_HANDOVER_STR_MAX))
 
 struct gw_handover {
 	/* The caller's options: mode (restricted or open), label, policy (a
 	 * file or text, not both), the lists, vault, many_clients. */
 	struct gw_options opts;
-	uint32_t uid;               /* to become (neither 0 nor 2^32-1) */
+	uint32_t uid;		    /* to become (neither 0 nor 2^32-1) */
 	uint32_t sandbox_uid_first; /* the sandboxes' uids [first, end): uid must lie outside */
 	uint32_t sandbox_uid_end;
-	bool detach;                /* outlive the caller */
-	uint32_t parent;            /* the caller's pid: die with it (required unless detach) */
-	const char *env_bundle;     /* gw_sandbox_env's paths */
+	bool detach;		/* outlive the caller */
+	uint32_t parent;	/* the caller's pid: die with it (required unless detach) */
+	const char *env_bundle; /* gw_sandbox_env's paths */
 	const char *env_ca;
 	/* Storage the decoder points opts' lists at. */
 	char *allow[GW_HANDOVER_LIST_MAX];

@@ -107,7 +107,8 @@ static bool is_authority(struct sv a, bool need_port)
 			if (c == ':')
 				colon = true;
 			else if (!is_digit(c) &&
-				 !(sv_ascii_lower(c) >= 'a' && sv_ascii_lower(c) <= 'f') && c != '.')
+				 !(sv_ascii_lower(c) >= 'a' && sv_ascii_lower(c) <= 'f') &&
+				 c != '.')
 				return false;
 		}
 		if (i == a.len || !colon || i < 3)
@@ -176,12 +177,14 @@ static bool host_names_authority(struct sv host, struct sv authority, bool conne
  * the request, injected credentials included. */
 static bool known_method(struct sv m)
 {
+	/* clang-format off */
 	static const char *const methods[] = {
 		"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT",
 		/* WebDAV (RFC 4918, 3253, 4791, 5323) */
 		"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "REPORT",
 		"MKCALENDAR", "SEARCH", NULL,
 	};
+	/* clang-format on */
 	for (size_t i = 0; methods[i]; i++)
 		if (sv_equal_cstr(m, methods[i]))
 			return true;
@@ -285,8 +288,8 @@ static int parse_connection(struct http_parse *st, struct sv v)
 		/* A field the framing or routing rests on cannot be made
 		 * hop-by-hop: a proxy dropping it would pass a body on as the
 		 * next request (smuggling). */
-		if (sv_equal_ci_cstr(e, "content-length") || sv_equal_ci_cstr(e, "transfer-encoding") ||
-		    sv_equal_ci_cstr(e, "host"))
+		if (sv_equal_ci_cstr(e, "content-length") ||
+		    sv_equal_ci_cstr(e, "transfer-encoding") || sv_equal_ci_cstr(e, "host"))
 			return HTTP_BAD;
 		if (sv_equal_ci_cstr(e, "close"))
 			st->req.connection_close = true;
@@ -586,12 +589,12 @@ int gw_http_parse_response(const char *buf, size_t len, bool head_request,
  * trailer fields up to GW_CHUNK_TRAILER_MAX bytes in all. CRLF only.
  */
 enum {
-	CH_SIZE = 0,	 /* reading hex digits */
-	CH_EXT,		 /* after ';', up to CR */
-	CH_BWS,		 /* whitespace after the digits: only more of it, ';' or CR */
-	CH_SIZE_LF,	 /* CR seen */
-	CH_DATA,	 /* remaining bytes of data */
-	CH_DATA_CR,	 /* CRLF after the data */
+	CH_SIZE = 0, /* reading hex digits */
+	CH_EXT,	     /* after ';', up to CR */
+	CH_BWS,	     /* whitespace after the digits: only more of it, ';' or CR */
+	CH_SIZE_LF,  /* CR seen */
+	CH_DATA,     /* remaining bytes of data */
+	CH_DATA_CR,  /* CRLF after the data */
 	CH_DATA_LF,
 	CH_TRAILER,	 /* at the start of a trailer line */
 	CH_TRAILER_LINE, /* inside a trailer line */
@@ -748,9 +751,11 @@ int gw_chunked_feed(struct gw_chunked *c, const char *p, size_t n, size_t *ret_u
 
 bool gw_http_is_hop_by_hop(struct sv name, const struct sv *conn_tokens, size_t n_tokens)
 {
+	/* clang-format off */
 	static const char *const hop[] = { "connection", "keep-alive", "proxy-connection",
 					   "proxy-authorization", "proxy-authenticate", "te",
 					   "trailer", "transfer-encoding", "upgrade", NULL };
+	/* clang-format on */
 	for (size_t i = 0; hop[i]; i++)
 		if (sv_equal_ci_cstr(name, hop[i]))
 			return true;

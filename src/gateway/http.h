@@ -25,15 +25,15 @@
 #define GW_HTTP_MAX_FIELDS 128
 
 struct gw_http_field {
-	struct sv name;  /* as received (a token; compare case-insensitively) */
+	struct sv name;	 /* as received (a token; compare case-insensitively) */
 	struct sv value; /* leading and trailing spaces and tabs removed */
 };
 
 enum gw_http_body {
 	GW_BODY_NONE = 0,
-	GW_BODY_LENGTH,  /* content_length bytes */
+	GW_BODY_LENGTH,	 /* content_length bytes */
 	GW_BODY_CHUNKED, /* Transfer-Encoding: chunked */
-	GW_BODY_CLOSE,   /* responses only: until the connection closes */
+	GW_BODY_CLOSE,	 /* responses only: until the connection closes */
 };
 
 enum gw_http_form {
@@ -43,20 +43,20 @@ enum gw_http_form {
 };
 
 struct gw_http_request {
-	struct sv method;    /* a token */
-	struct sv target;    /* as received */
+	struct sv method; /* a token */
+	struct sv target; /* as received */
 	enum gw_http_form form;
 	struct sv authority; /* absolute-form and CONNECT: host[:port] from the target */
-	struct sv path;      /* origin- and absolute-form: from the first '/' (query included) */
-	struct sv host;      /* the Host header's value */
+	struct sv path;	     /* origin- and absolute-form: from the first '/' (query included) */
+	struct sv host;	     /* the Host header's value */
 	struct gw_http_field fields[GW_HTTP_MAX_FIELDS];
 	size_t n_fields;
 	enum gw_http_body body;
 	uint64_t content_length;
-	bool connection_close;    /* "Connection: close" */
-	bool upgrade;             /* "Connection: upgrade" and an Upgrade header */
-	bool http10;              /* HTTP/1.0 (no chunked responses for it) */
-	size_t head_len;          /* bytes of the head, final CRLF included */
+	bool connection_close; /* "Connection: close" */
+	bool upgrade;	       /* "Connection: upgrade" and an Upgrade header */
+	bool http10;	       /* HTTP/1.0 (no chunked responses for it) */
+	size_t head_len;       /* bytes of the head, final CRLF included */
 };
 
 /*
@@ -110,7 +110,7 @@ struct gw_http_response {
 int gw_http_parse_response(const char *buf, size_t len, bool head_request,
 			   struct gw_http_response *ret);
 
-#define GW_CHUNK_LINE_MAX 1024    /* a chunk-size line with its extensions */
+#define GW_CHUNK_LINE_MAX 1024	  /* a chunk-size line with its extensions */
 #define GW_CHUNK_TRAILER_MAX 8192 /* all trailer fields */
 
 /* The state of a chunked body being read; zero-initialize. */

@@ -18,23 +18,23 @@
 
 enum gw_cred_kind {
 	GW_CRED_HEADER = 0, /* header: NAME = prefix + secret */
-	GW_CRED_QUERY,      /* ?NAME=secret */
-	GW_CRED_BASIC,      /* Authorization: Basic base64(user:secret) */
+	GW_CRED_QUERY,	    /* ?NAME=secret */
+	GW_CRED_BASIC,	    /* Authorization: Basic base64(user:secret) */
 };
 
 struct gw_cred {
 	char secret[GW_VAULT_NAME_MAX + 1]; /* vault entry */
-	char host[GW_HOST_MAX + 3];         /* normalized; for a wildcard, the suffix */
+	char host[GW_HOST_MAX + 3];	    /* normalized; for a wildcard, the suffix */
 	bool wildcard;
-	uint16_t port;                      /* 0: any */
+	uint16_t port; /* 0: any */
 	char *paths[GW_RULE_MAX_PATHS];
 	size_t n_paths;
 	enum gw_cred_kind kind;
-	char name[GW_NAME_MAX + 1];         /* header name, query parameter or Basic user */
-	char prefix[GW_NAME_MAX + 1];       /* header value prefix ("Bearer ") */
-	bool github;                        /* only on the run's granted repositories */
-	char env[GW_NAME_MAX + 1];          /* sandbox variable for the dummy value; "" none */
-	char dummy[GW_NAME_MAX + 16];       /* the dummy value */
+	char name[GW_NAME_MAX + 1];   /* header name, query parameter or Basic user */
+	char prefix[GW_NAME_MAX + 1]; /* header value prefix ("Bearer ") */
+	bool github;		      /* only on the run's granted repositories */
+	char env[GW_NAME_MAX + 1];    /* sandbox variable for the dummy value; "" none */
+	char dummy[GW_NAME_MAX + 16]; /* the dummy value */
 };
 
 struct gw_upstream {
@@ -74,9 +74,9 @@ struct gw_config {
 	uint64_t upstream_ms; /* upstream silence while we wait for it */
 	uint64_t write_ms;    /* a client or upstream that does not take our bytes */
 	/* per sandbox: */
-	uint64_t audit_max;   /* bytes of audit log, then a marker and no more */
-	uint64_t max_conns;   /* open client connections */
-	uint64_t buffer_max;  /* bytes queued in the gateway for the sandbox's connections */
+	uint64_t audit_max;  /* bytes of audit log, then a marker and no more */
+	uint64_t max_conns;  /* open client connections */
+	uint64_t buffer_max; /* bytes queued in the gateway for the sandbox's connections */
 };
 
 #define GW_DEFAULT_AUDIT_MAX (64ull << 20)
@@ -91,8 +91,7 @@ int gw_parse_hostport(const char *s, size_t len, char *host, size_t host_size, u
 int gw_parse_sockaddr(const char *s, struct sockaddr_storage *ss, socklen_t *len);
 const struct gw_upstream *gw_config_upstream(const struct gw_config *cfg, const char *host,
 					     uint16_t port);
-const struct gw_static_host *gw_config_static_host(const struct gw_config *cfg,
-						   const char *host);
+const struct gw_static_host *gw_config_static_host(const struct gw_config *cfg, const char *host);
 
 /* Every credential's secret is in the vault (the gateway checks at start). */
 int gw_config_check_vault(const struct gw_config *cfg, const struct gw_vault *v,
@@ -111,12 +110,12 @@ int gw_store_add_pem(struct x509_store_st *store, const char *pem, size_t len);
 struct gw_engine;
 struct gw_engine_opts {
 	const struct gw_config *cfg;
-	struct gw_vault *vault;   /* owned by the engine from here on; may be NULL */
-	struct gw_ca *ca;         /* owned by the engine */
-	void *upstream_store;     /* X509_STORE *, owned by the engine */
-	char *system_bundle;      /* PEM, owned by the engine: parsed into the store on first use */
+	struct gw_vault *vault; /* owned by the engine from here on; may be NULL */
+	struct gw_ca *ca;	/* owned by the engine */
+	void *upstream_store;	/* X509_STORE *, owned by the engine */
+	char *system_bundle;	/* PEM, owned by the engine: parsed into the store on first use */
 	size_t system_bundle_len;
-	bool exit_when_idle;      /* stop when the last sandbox is gone */
+	bool exit_when_idle; /* stop when the last sandbox is gone */
 };
 int gw_engine_new(const struct gw_engine_opts *o, struct gw_engine **ret, struct al_error *err);
 /* Loads /etc/resolv.conf and /etc/hosts for upstream lookups (before the root goes). */
@@ -133,11 +132,11 @@ void gw_engine_free(struct gw_engine *e);
 
 /* IPC frame types between caller and gateway process. */
 enum {
-	GW_IPC_READY = 1,  /* gateway -> caller: CA certificate, sandbox environment (handover.h) */
-	GW_IPC_ERROR,      /* gateway -> caller: message */
-	GW_IPC_ATTACH,     /* caller -> gateway: sandbox id; fds: proxy http https dns audit watch */
-	GW_IPC_ATTACHED,   /* gateway -> caller: empty, or GW_IPC_ERROR */
-	GW_IPC_POLICY,     /* root -> gateway (control socket): YAML rules */
+	GW_IPC_READY = 1, /* gateway -> caller: CA certificate, sandbox environment (handover.h) */
+	GW_IPC_ERROR,	  /* gateway -> caller: message */
+	GW_IPC_ATTACH,	  /* caller -> gateway: sandbox id; fds: proxy http https dns audit watch */
+	GW_IPC_ATTACHED,  /* gateway -> caller: empty, or GW_IPC_ERROR */
+	GW_IPC_POLICY,	  /* root -> gateway (control socket): YAML rules */
 	GW_IPC_POLICY_SET, /* gateway -> root: the new generation, as text */
 	GW_IPC_HANDOVER,   /* caller -> new gateway process: its options (handover.h) */
 };
@@ -155,7 +154,7 @@ enum gw_attach_slot {
 	GW_SLOT_HTTPS,
 	GW_SLOT_DNS,
 	GW_SLOT_AUDIT,
-	GW_SLOT_WATCH,   /* a pidfd of the sandbox's init */
+	GW_SLOT_WATCH,	 /* a pidfd of the sandbox's init */
 	GW_SLOT_CONTROL, /* root's listening socket for policy changes */
 	GW_SLOTS,
 };

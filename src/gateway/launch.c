@@ -52,12 +52,13 @@ int gw_uid_from_env(uint32_t *ret, struct al_error *err)
 int gw_uid_check(uint32_t uid, uint32_t first, uint32_t end, struct al_error *err)
 {
 	if (uid >= first && uid < end)
-		return al_error_set(err, -EINVAL,
-				    "the gateway's uid %#x (AIRLOCK_GATEWAY_UID, default %#x) is inside "
-				    "the sandboxes' uids %#x-%#x (from AIRLOCK_UID_BASE): a sandbox's "
-				    "process could run as the gateway's user; set AIRLOCK_GATEWAY_UID or "
-				    "AIRLOCK_UID_BASE so that it is not",
-				    uid, GW_DEFAULT_UID, first, end - 1);
+		return al_error_set(
+			err, -EINVAL,
+			"the gateway's uid %#x (AIRLOCK_GATEWAY_UID, default %#x) is inside "
+			"the sandboxes' uids %#x-%#x (from AIRLOCK_UID_BASE): a sandbox's "
+			"process could run as the gateway's user; set AIRLOCK_GATEWAY_UID or "
+			"AIRLOCK_UID_BASE so that it is not",
+			uid, GW_DEFAULT_UID, first, end - 1);
 	return 0;
 }
 
@@ -65,7 +66,7 @@ int gw_uid_check(uint32_t uid, uint32_t first, uint32_t end, struct al_error *er
  * (of a sanitized build). Nothing else of the caller's environment. */
 static const char *const kept_env[] = {
 	"AIRLOCK_LOG_LEVEL=", "AIRLOCK_LOG_FORMAT=", "ASAN_OPTIONS=",
-	"UBSAN_OPTIONS=",     "LSAN_OPTIONS=",       "TSAN_OPTIONS=",
+	"UBSAN_OPTIONS=",     "LSAN_OPTIONS=",	     "TSAN_OPTIONS=",
 };
 
 static void gateway_env(const char **out, size_t cap)
@@ -83,9 +84,9 @@ static void gateway_env(const char **out, size_t cap)
 /* Between fork and exec: the process gets /dev/null as stdin and stdout,
  * the log as stderr, its socket at GW_PROCESS_FD and nothing else. When
  * the exec fails the reason goes back as the gateway's error. */
-static void __attribute__((noreturn)) exec_gateway(int exe, const char *path, int sock,
-						   const struct gw_start_opts *so, pid_t parent,
-						   const char **envp)
+static void __attribute__((noreturn))
+exec_gateway(int exe, const char *path, int sock, const struct gw_start_opts *so, pid_t parent,
+	     const char **envp)
 {
 	if (!so->detach) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
@@ -314,10 +315,14 @@ int gw_attach(struct gw_proc *gp, const char *sandbox_id, const struct gw_listen
 	      int audit_fd, int watch_pidfd, struct al_error *err)
 {
 	struct gw_attach a = { .fd = {
-		[GW_SLOT_PROXY] = l->proxy, [GW_SLOT_HTTP] = l->http, [GW_SLOT_HTTPS] = l->https,
-		[GW_SLOT_DNS] = l->dns, [GW_SLOT_AUDIT] = audit_fd, [GW_SLOT_WATCH] = watch_pidfd,
-		[GW_SLOT_CONTROL] = l->control,
-	} };
+				       [GW_SLOT_PROXY] = l->proxy,
+				       [GW_SLOT_HTTP] = l->http,
+				       [GW_SLOT_HTTPS] = l->https,
+				       [GW_SLOT_DNS] = l->dns,
+				       [GW_SLOT_AUDIT] = audit_fd,
+				       [GW_SLOT_WATCH] = watch_pidfd,
+				       [GW_SLOT_CONTROL] = l->control,
+			       } };
 	if (strlen(sandbox_id) > GW_SANDBOX_ID_MAX)
 		return al_error_set(err, -EINVAL, "sandbox id too long");
 	snprintf(a.id, sizeof(a.id), "%s", sandbox_id);
@@ -362,8 +367,8 @@ void gw_release(struct gw_proc *gp)
 	proc_free(gp);
 }
 
-int gw_set_policy(const char *control_path, const char *text, size_t len,
-		  uint64_t *ret_generation, struct al_error *err)
+int gw_set_policy(const char *control_path, const char *text, size_t len, uint64_t *ret_generation,
+		  struct al_error *err)
 {
 	if (len > GW_POLICY_TEXT_MAX)
 		return al_error_set(err, -E2BIG, "the policy is larger than %u bytes",
@@ -376,8 +381,8 @@ int gw_set_policy(const char *control_path, const char *text, size_t len,
 	if (fd < 0)
 		return al_error_set_errno(err, -errno, "socket");
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return al_error_set_errno(err, -errno, "the sandbox's gateway is not reachable at %s",
-					  control_path);
+		return al_error_set_errno(
+			err, -errno, "the sandbox's gateway is not reachable at %s", control_path);
 	int r = ipc_send(fd, GW_IPC_POLICY, text, len, NULL, 0);
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot reach the gateway");

@@ -124,8 +124,9 @@ static int parse_host(const struct config_node *n, const char *path, struct gw_r
 	if (strchr(host, '*'))
 		return config_error(n, path, err, "a wildcard is only allowed as a leading \"*.\"");
 	if (gw_host_normalize(host, len, r->host, sizeof(r->host), &r->ip_literal) < 0)
-		return config_error(n, path, err,
-				    "expected a host name (ASCII; IDNs as punycode) or an IP literal");
+		return config_error(
+			n, path, err,
+			"expected a host name (ASCII; IDNs as punycode) or an IP literal");
 	return 0;
 }
 
@@ -161,15 +162,16 @@ static int parse_methods(const struct config_node *n, const char *path, struct g
 	return 0;
 }
 
-int gw_parse_path_prefixes(const struct config_node *n, const char *path, char **out,
-			   size_t *n_out, struct al_error *err)
+int gw_parse_path_prefixes(const struct config_node *n, const char *path, char **out, size_t *n_out,
+			   struct al_error *err)
 {
 	int rc = config_expect_kind(n, path, CONFIG_SEQ, err);
 	if (rc < 0)
 		return rc;
 	size_t count = config_node_count(n);
 	if (count == 0 || count > GW_RULE_MAX_PATHS)
-		return config_error(n, path, err, "expected 1 to %d path prefixes", GW_RULE_MAX_PATHS);
+		return config_error(n, path, err, "expected 1 to %d path prefixes",
+				    GW_RULE_MAX_PATHS);
 	for (size_t i = 0; i < count; i++) {
 		const struct config_node *item = config_seq_item(n, i);
 		const char *p;
@@ -208,8 +210,9 @@ static int parse_rule(const struct config_node *n, size_t index, struct gw_rule 
 	int rc = config_expect_kind(n, path, CONFIG_MAP, err);
 	if (rc < 0)
 		return rc;
-	static const char *const keys[] = { "id", "action", "host", "port", "methods", "paths",
-					    NULL };
+	static const char *const keys[] = {
+		"id", "action", "host", "port", "methods", "paths", NULL
+	};
 	rc = config_map_check_keys(n, path, keys, err);
 	if (rc < 0)
 		return rc;
@@ -350,8 +353,7 @@ int gw_policy_load(const char *path, uint64_t generation, struct gw_policy **ret
 	return gw_policy_from_doc(doc, NULL, generation, ret, err);
 }
 
-int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
-		       struct al_error *err)
+int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id, struct al_error *err)
 {
 	if (p->n_rules >= GW_POLICY_MAX_RULES)
 		return al_error_set(err, -E2BIG, "at most %d rules", GW_POLICY_MAX_RULES);
@@ -367,7 +369,8 @@ int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
 	if (*s == '[') {
 		end = strchr(s, ']');
 		if (!end)
-			return al_error_set(err, -EINVAL, "--allow %s: unterminated IPv6 literal", spec);
+			return al_error_set(err, -EINVAL, "--allow %s: unterminated IPv6 literal",
+					    spec);
 		end++;
 	} else {
 		end = s + strcspn(s, ":/");
@@ -376,9 +379,9 @@ int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
 	if (hlen > 2 && s[0] == '*' && s[1] == '.') {
 		bool ip;
 		if (gw_host_normalize(s + 2, hlen - 2, r.host, sizeof(r.host), &ip) < 0 || ip)
-			return al_error_set(err, -EINVAL,
-					    "--allow %s: expected *.domain with a valid domain name",
-					    spec);
+			return al_error_set(
+				err, -EINVAL,
+				"--allow %s: expected *.domain with a valid domain name", spec);
 		r.wildcard = true;
 	} else if (memchr(s, '*', hlen) ||
 		   gw_host_normalize(s, hlen, r.host, sizeof(r.host), &r.ip_literal) < 0) {
@@ -395,8 +398,8 @@ int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
 		while (s[n] >= '0' && s[n] <= '9' && n < 6)
 			port = port * 10 + (uint64_t)(s[n++] - '0');
 		if (n == 0 || s[0] == '0' || port > 65535 || (s[n] && s[n] != '/'))
-			return al_error_set(err, -EINVAL, "--allow %s: expected a port from 1 to 65535",
-					    spec);
+			return al_error_set(err, -EINVAL,
+					    "--allow %s: expected a port from 1 to 65535", spec);
 		r.port = (uint16_t)port;
 		s += n;
 	}
@@ -405,10 +408,11 @@ int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
 		size_t q, len = strlen(s);
 		if (gw_path_canonical(s, len, canon, sizeof(canon), &q) < 0 || q != len ||
 		    strcmp(canon, s) != 0)
-			return al_error_set(err, -EINVAL,
-					    "--allow %s: expected a canonical path prefix (no query, "
-					    "no '.' or '..' segments, no %%2F)",
-					    spec);
+			return al_error_set(
+				err, -EINVAL,
+				"--allow %s: expected a canonical path prefix (no query, "
+				"no '.' or '..' segments, no %%2F)",
+				spec);
 		r.paths[0] = strdup(s);
 		if (!r.paths[0])
 			return al_error_set(err, -ENOMEM, "out of memory");
@@ -452,8 +456,8 @@ static bool rule_matches(const struct gw_rule *r, const char *method, const char
 		/* Fail closed both ways: an allow matches the exact case, a deny
 		 * any case (an upstream may not tell /ADMIN from /admin). */
 		for (size_t i = 0; i < r->n_paths && !found; i++)
-			found = r->deny ? gw_path_has_prefix_nocase(path, r->paths[i])
-					: gw_path_has_prefix(path, r->paths[i]);
+			found = r->deny ? gw_path_has_prefix_nocase(path, r->paths[i]) :
+					  gw_path_has_prefix(path, r->paths[i]);
 		if (!found)
 			return false;
 	}
@@ -463,7 +467,8 @@ static bool rule_matches(const struct gw_rule *r, const char *method, const char
 void gw_policy_decide(const struct gw_policy *p, const char *method, const char *host,
 		      uint16_t port, const char *path, struct gw_decision *ret)
 {
-	*ret = (struct gw_decision){ .allow = false, .generation = p ? p->generation : 0,
+	*ret = (struct gw_decision){ .allow = false,
+				     .generation = p ? p->generation : 0,
 				     .reason = "no rule allows this request" };
 	if (!p)
 		return;

@@ -28,14 +28,14 @@
 struct gw_rule {
 	char id[GW_RULE_ID_MAX + 1];
 	bool deny;
-	bool wildcard;   /* host is "*.suffix": matches names below suffix only */
-	bool ip_literal; /* host is an IP literal: matched exactly */
+	bool wildcard;		    /* host is "*.suffix": matches names below suffix only */
+	bool ip_literal;	    /* host is an IP literal: matched exactly */
 	char host[GW_HOST_MAX + 3]; /* normalized; for a wildcard, the suffix */
-	uint16_t port;              /* 0: any */
+	uint16_t port;		    /* 0: any */
 	char *methods[GW_RULE_MAX_METHODS];
-	size_t n_methods;           /* 0: any */
+	size_t n_methods; /* 0: any */
 	char *paths[GW_RULE_MAX_PATHS];
-	size_t n_paths;             /* 0: any */
+	size_t n_paths; /* 0: any */
 };
 
 struct gw_policy {
@@ -46,7 +46,7 @@ struct gw_policy {
 
 struct gw_decision {
 	bool allow;
-	const char *rule;   /* id of the deciding rule; NULL when none matched */
+	const char *rule; /* id of the deciding rule; NULL when none matched */
 	uint64_t generation;
 	const char *reason; /* for the client and the audit log; static text */
 };
@@ -70,8 +70,8 @@ void gw_policy_free(struct gw_policy *p);
 /* A YAML sequence of canonical path prefixes into out (room for
  * GW_RULE_MAX_PATHS; *n_out counts what was stored, also on failure). */
 struct config_node;
-int gw_parse_path_prefixes(const struct config_node *n, const char *path, char **out,
-			   size_t *n_out, struct al_error *err);
+int gw_parse_path_prefixes(const struct config_node *n, const char *path, char **out, size_t *n_out,
+			   struct al_error *err);
 
 /* Parses the "rules" of a document whose top level may also hold
  * other_keys (NULL-terminated; parsed by the caller). */
@@ -81,8 +81,7 @@ int gw_policy_from_doc(const struct config_doc *doc, const char *const *other_ke
 
 /* Appends an allow rule written as HOST[:PORT][/PATH-PREFIX] (the --allow
  * option): HOST as in the YAML format ("*.suffix", IP literals, "[v6]"). */
-int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id,
-		       struct al_error *err);
+int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id, struct al_error *err);
 
 /* The id of a deny rule that refuses the whole host (any port, method and
  * path), or NULL. */

@@ -59,6 +59,7 @@ static int install_seccomp(void)
 		seccomp_release(ctx);
 		return -EINVAL;
 	}
+	/* clang-format off */
 	static const char *const denied[] = {
 		"execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev", "mount",
 		"umount2", "pivot_root", "chroot", "unshare", "setns", "bpf", "perf_event_open",
@@ -72,6 +73,7 @@ static int install_seccomp(void)
 		"iopl", "ioperm", "lookup_dcookie", "uselib", "ustat", "sysfs", "_sysctl",
 		"nfsservctl", "pidfd_getfd", "kcmp", "memfd_secret", "landlock_create_ruleset",
 	};
+	/* clang-format on */
 	int rc = 0;
 	for (size_t i = 0; i < ARRAY_SIZE(denied) && rc == 0; i++) {
 		int nr = seccomp_syscall_resolve_name(denied[i]);
@@ -85,9 +87,11 @@ static int install_seccomp(void)
 			    CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP;
 	for (uint64_t bit = 1; rc == 0 && bit; bit <<= 1)
 		if (ns & bit) {
-			struct scmp_arg_cmp a = { .arg = 0, .op = SCMP_CMP_MASKED_EQ, .datum_a = bit,
-						  .datum_b = bit };
-			rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1, &a);
+			struct scmp_arg_cmp a = {
+				.arg = 0, .op = SCMP_CMP_MASKED_EQ, .datum_a = bit, .datum_b = bit
+			};
+			rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+						    &a);
 		}
 	if (rc == 0)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
@@ -96,8 +100,9 @@ static int install_seccomp(void)
 	 * separate and reaches nothing. */
 	for (int fam = 0; rc == 0 && fam < 64; fam++)
 		if (fam != AF_INET && fam != AF_INET6) {
-			struct scmp_arg_cmp a = { .arg = 0, .op = SCMP_CMP_EQ,
-						  .datum_a = (uint64_t)fam, .datum_b = 0 };
+			struct scmp_arg_cmp a = {
+				.arg = 0, .op = SCMP_CMP_EQ, .datum_a = (uint64_t)fam, .datum_b = 0
+			};
 			rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT),
 						    SCMP_SYS(socket), 1, &a);
 		}
@@ -110,8 +115,9 @@ static int install_seccomp(void)
 	 * able to stop another's sandboxes. */
 	pid_t self = getpid();
 	if (rc == 0) {
-		struct scmp_arg_cmp a = { .arg = 0, .op = SCMP_CMP_NE, .datum_a = (uint64_t)self,
-					  .datum_b = 0 };
+		struct scmp_arg_cmp a = {
+			.arg = 0, .op = SCMP_CMP_NE, .datum_a = (uint64_t)self, .datum_b = 0
+		};
 		rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(kill), 1, &a);
 		if (rc == 0)
 			rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(tgkill), 1,
@@ -142,19 +148,21 @@ static int drop_privileges(uid_t uid, struct al_error *err)
 	(void)setrlimit(RLIMIT_NOFILE, &rl);
 	if (geteuid() == 0) {
 		if (unshare(CLONE_NEWNS) < 0)
-			return al_error_set_errno(err, -errno, "gateway: cannot make a mount namespace");
+			return al_error_set_errno(err, -errno,
+						  "gateway: cannot make a mount namespace");
 		if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
 		    mount("airlock-gw", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
 			  "size=4k,nr_inodes=4,mode=0555") < 0 ||
 		    chdir("/tmp") < 0 || syscall(SYS_pivot_root, ".", ".") < 0 ||
 		    umount2(".", MNT_DETACH) < 0 || chdir("/") < 0 ||
-		    mount(NULL, "/", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			  NULL) < 0)
+		    mount(NULL, "/", NULL,
+			  MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 			return al_error_set_errno(err, -errno, "gateway: cannot empty its root");
 		/* The bounding set too: nothing to regain, whatever runs. */
 		for (int cap = 0; cap <= 63; cap++)
 			if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-				return al_error_set_errno(err, -errno, "gateway: cannot drop capabilities");
+				return al_error_set_errno(err, -errno,
+							  "gateway: cannot drop capabilities");
 		if (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 ||
 		    setresuid(uid, uid, uid) < 0)
 			return al_error_set_errno(err, -errno, "gateway: cannot become uid %u",
@@ -185,7 +193,8 @@ static int load_store(const struct gw_config *cfg, X509_STORE **ret, char **ret_
 	for (size_t i = 0; i < cfg->n_ca_files; i++)
 		if (X509_STORE_load_file(st, cfg->ca_files[i]) != 1) {
 			X509_STORE_free(st);
-			return al_error_set(err, -EINVAL, "--upstream-ca %s: no PEM certificate in it",
+			return al_error_set(err, -EINVAL,
+					    "--upstream-ca %s: no PEM certificate in it",
 					    cfg->ca_files[i]);
 		}
 	*ret_bundle = NULL;
@@ -200,9 +209,8 @@ static int load_store(const struct gw_config *cfg, X509_STORE **ret, char **ret_
 }
 
 /* Vault, store, CA, engine: what the gateway reads while still root. */
-static int prepare_engine(const struct gw_config *cfg, bool exit_when_idle,
-			  struct gw_engine **ret, char **ret_pem, size_t *ret_pem_len,
-			  struct al_error *err)
+static int prepare_engine(const struct gw_config *cfg, bool exit_when_idle, struct gw_engine **ret,
+			  char **ret_pem, size_t *ret_pem_len, struct al_error *err)
 {
 	struct gw_vault *vault = NULL;
 	int rc;
@@ -241,8 +249,12 @@ static int prepare_engine(const struct gw_config *cfg, bool exit_when_idle,
 		gw_ca_free(ca);
 		return al_error_set_errno(err, rc, "cannot write the CA certificate");
 	}
-	struct gw_engine_opts o = { .cfg = cfg, .vault = vault, .ca = ca, .upstream_store = store,
-				    .system_bundle = bundle, .system_bundle_len = bundle_len,
+	struct gw_engine_opts o = { .cfg = cfg,
+				    .vault = vault,
+				    .ca = ca,
+				    .upstream_store = store,
+				    .system_bundle = bundle,
+				    .system_bundle_len = bundle_len,
 				    .exit_when_idle = exit_when_idle };
 	rc = gw_engine_new(&o, ret, err);
 	if (rc < 0) {
@@ -269,11 +281,12 @@ static int check_socket(int sock, struct al_error *err)
 	    getsockopt(sock, SOL_SOCKET, SO_DOMAIN, &domain, &l1) < 0 ||
 	    getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &l2) < 0 || domain != AF_UNIX ||
 	    type != SOCK_STREAM)
-		return al_error_set(err, -ENOTSOCK,
-				    "this is the gateway process that airlock starts itself (it reads "
-				    "its options from a socket at descriptor %d); use `airlock gateway` "
-				    "or `airlock sandbox run --allow ...`",
-				    sock);
+		return al_error_set(
+			err, -ENOTSOCK,
+			"this is the gateway process that airlock starts itself (it reads "
+			"its options from a socket at descriptor %d); use `airlock gateway` "
+			"or `airlock sandbox run --allow ...`",
+			sock);
 	return 0;
 }
 
@@ -300,8 +313,9 @@ static int receive_handover(int sock, struct ipc_msg *m, struct gw_handover *h,
 	const struct ipc_type types[] = { { GW_IPC_HANDOVER, GW_HANDOVER_MAX, 0 } };
 	int r = ipc_recv(sock, types, ARRAY_SIZE(types), m);
 	if (r == -EBADMSG)
-		return al_error_set(err, r, "gateway: its start-up message was refused (a frame "
-					    "of another type, over %u bytes, or with descriptors)",
+		return al_error_set(err, r,
+				    "gateway: its start-up message was refused (a frame "
+				    "of another type, over %u bytes, or with descriptors)",
 				    (unsigned)GW_HANDOVER_MAX);
 	if (r < 0)
 		return al_error_set_errno(err, r, "gateway: cannot read its options");
@@ -431,4 +445,3 @@ int gw_serve_standalone(const struct gw_config *cfg, const char *listen_addr, co
 	gw_engine_free(e);
 	return rc;
 }
-

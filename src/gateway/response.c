@@ -110,7 +110,8 @@ static void write_response_head(struct conn *c, const struct gw_http_response *r
 		const struct gw_http_field *f = &res->fields[i];
 		if (!switching && gw_http_is_hop_by_hop(f->name, tokens, n_tokens))
 			continue;
-		if (switching && (sv_equal_ci_cstr(f->name, "connection") || sv_equal_ci_cstr(f->name, "upgrade")))
+		if (switching && (sv_equal_ci_cstr(f->name, "connection") ||
+				  sv_equal_ci_cstr(f->name, "upgrade")))
 			continue;
 		/* The body's framing is ours to write (below), from what was
 		 * parsed; a bodiless response keeps its Content-Length (HEAD). */
@@ -149,7 +150,8 @@ static void write_response_head(struct conn *c, const struct gw_http_response *r
 		else if (res->body == GW_BODY_LENGTH && !c->unframed)
 			evbuffer_add_printf(out, "Content-Length: %" PRIu64 "\r\n",
 					    res->content_length);
-		evbuffer_add_printf(out, "Connection: %s\r\n", c->close_after ? "close" : "keep-alive");
+		evbuffer_add_printf(out, "Connection: %s\r\n",
+				    c->close_after ? "close" : "keep-alive");
 	}
 	evbuffer_add(out, "\r\n", 2);
 }
@@ -217,10 +219,11 @@ static int choose_framing(struct conn *c, const struct gw_http_response *res)
 		if (n > 1)
 			coding = GW_CODING_UNKNOWN;
 		if (coding == GW_CODING_UNKNOWN) {
-			gw_respond_error(c, 502,
-					 "the upstream encoded a response to a request with a credential "
-					 "in a way the gateway cannot decode (to redact it)",
-					 false);
+			gw_respond_error(
+				c, 502,
+				"the upstream encoded a response to a request with a credential "
+				"in a way the gateway cannot decode (to redact it)",
+				false);
 			return -1;
 		}
 		if (coding != GW_CODING_IDENTITY) {
@@ -333,11 +336,12 @@ static bool response_head(struct conn *c, struct evbuffer *in)
 		}
 		if (!websocket_switch(c, res)) {
 			free(res);
-			gw_respond_error(c, 502,
-					 c->red ? "the upstream switched a request with a credential to a "
-						  "protocol or extension the gateway cannot redact"
-						: "the upstream switched to another protocol than WebSocket",
-					 false);
+			gw_respond_error(
+				c, 502,
+				c->red ? "the upstream switched a request with a credential to a "
+					 "protocol or extension the gateway cannot redact" :
+					 "the upstream switched to another protocol than WebSocket",
+				false);
 			return false;
 		}
 		/* After a credentialed upgrade the frames are redacted. */
@@ -367,8 +371,7 @@ static bool response_head(struct conn *c, struct evbuffer *in)
 	evbuffer_drain(in, res->head_len);
 	free(res);
 	c->resp_head_done = true;
-	if (c->resp_body == GW_BODY_NONE ||
-	    (c->resp_body == GW_BODY_LENGTH && c->resp_left == 0))
+	if (c->resp_body == GW_BODY_NONE || (c->resp_body == GW_BODY_LENGTH && c->resp_left == 0))
 		c->wire_done = true;
 	return true;
 }
@@ -408,7 +411,8 @@ static void pump_response_inner(struct conn *c)
 			evbuffer_drain(in, used);
 			if (r < 0) {
 				gw_flush_acc(c);
-				snprintf(c->reason, sizeof(c->reason), "WebSocket protocol error "
+				snprintf(c->reason, sizeof(c->reason),
+					 "WebSocket protocol error "
 					 "from the upstream");
 				gw_close_when_flushed(c);
 				return;
@@ -432,14 +436,16 @@ static void pump_response_inner(struct conn *c)
 		if (c->dec) {
 			int r = decode_step(c);
 			if (r < 0) {
-				cut_off(c, r == -EFBIG ? "the decoded response body is over the limit"
-						       : "corrupt encoded response body");
+				cut_off(c, r == -EFBIG ?
+						   "the decoded response body is over the limit" :
+						   "corrupt encoded response body");
 				return;
 			}
 			if (r > 0)
 				continue;
 			if (c->wire_done) {
-				if (gw_decoder_finish(c->dec) < 0 || evbuffer_get_length(c->dec_in)) {
+				if (gw_decoder_finish(c->dec) < 0 ||
+				    evbuffer_get_length(c->dec_in)) {
 					cut_off(c, "the encoded response body was cut short");
 					return;
 				}

@@ -126,9 +126,9 @@ static struct bufferevent *pool_take(struct gw_sbx *s, const char *host, uint16_
  * the query, with an injected parameter), the client's fields minus
  * hop-by-hop ones and minus whatever the credential replaces.
  */
-void gw_build_upstream_head(struct conn *c, const struct gw_http_request *req,
-				const char *canon, const char *query, size_t query_len,
-				const struct gw_cred *cred, const char *secret, size_t secret_len)
+void gw_build_upstream_head(struct conn *c, const struct gw_http_request *req, const char *canon,
+			    const char *query, size_t query_len, const struct gw_cred *cred,
+			    const char *secret, size_t secret_len)
 {
 	struct evbuffer *out = c->pending;
 	evbuffer_add(out, req->method.p, req->method.len);
@@ -186,7 +186,8 @@ void gw_build_upstream_head(struct conn *c, const struct gw_http_request *req,
 		evbuffer_add_printf(out, "Content-Length: %" PRIu64 "\r\n", req->content_length);
 	for (size_t i = 0; i < req->n_fields; i++) {
 		const struct gw_http_field *f = &req->fields[i];
-		if (sv_equal_ci_cstr(f->name, "host") || sv_equal_ci_cstr(f->name, "content-length"))
+		if (sv_equal_ci_cstr(f->name, "host") ||
+		    sv_equal_ci_cstr(f->name, "content-length"))
 			continue;
 		if (gw_http_is_hop_by_hop(f->name, tokens, n_tokens))
 			continue;
@@ -348,8 +349,8 @@ static int new_session_cb(SSL *ssl, SSL_SESSION *sess)
 
 /* Sessions are resumed within a sandbox only: a resumed session would
  * tell an upstream that two sandboxes are the same client. */
-static void session_attach(struct gw_engine *e, SSL *ssl, const struct gw_sbx *s,
-			   const char *host, uint16_t port)
+static void session_attach(struct gw_engine *e, SSL *ssl, const struct gw_sbx *s, const char *host,
+			   uint16_t port)
 {
 	char key[sizeof(e->sessions[0].key)];
 	snprintf(key, sizeof(key), "%s %s:%u", s->id, host, (unsigned)port);
@@ -422,10 +423,12 @@ static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_
 			gw_respond_error(c, 502, "out of memory", false);
 			return;
 		}
-		bool ip = c->up_host[0] == '[' || strspn(c->up_host, "0123456789.") == strlen(c->up_host);
+		bool ip = c->up_host[0] == '[' ||
+			  strspn(c->up_host, "0123456789.") == strlen(c->up_host);
 		if (ip) {
 			char lit[GW_HOST_MAX + 3];
-			snprintf(lit, sizeof(lit), "%s", c->up_host[0] == '[' ? c->up_host + 1 : c->up_host);
+			snprintf(lit, sizeof(lit), "%s",
+				 c->up_host[0] == '[' ? c->up_host + 1 : c->up_host);
 			char *rb = strchr(lit, ']');
 			if (rb)
 				*rb = '\0';
@@ -435,8 +438,8 @@ static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_
 			SSL_set1_host(ssl, c->up_host);
 		}
 		session_attach(e, ssl, c->s, c->up_host, c->up_port);
-		c->ubev = bufferevent_openssl_socket_new(e->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
-							 opts);
+		c->ubev = bufferevent_openssl_socket_new(e->base, -1, ssl,
+							 BUFFEREVENT_SSL_CONNECTING, opts);
 	} else {
 		c->ubev = bufferevent_socket_new(e->base, -1, opts);
 	}
@@ -469,9 +472,9 @@ static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_
 
 static bool idempotent(const char *method)
 {
-	static const char *const m[] = { "GET", "HEAD", "OPTIONS", "PUT", "DELETE", "PROPFIND",
-					 "MKCOL", "COPY", "MOVE", "UNLOCK", "REPORT", "SEARCH",
-					 NULL };
+	static const char *const m[] = { "GET",	     "HEAD",   "OPTIONS", "PUT",  "DELETE",
+					 "PROPFIND", "MKCOL",  "COPY",	  "MOVE", "UNLOCK",
+					 "REPORT",   "SEARCH", NULL };
 	for (size_t i = 0; m[i]; i++)
 		if (strcmp(method, m[i]) == 0)
 			return true;
@@ -573,7 +576,8 @@ void gw_upstream_start(struct conn *c)
 		gw_respond_error(c, 502, "no resolver configured for upstream names", false);
 		return;
 	}
-	struct evutil_addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+	struct evutil_addrinfo hints = { .ai_family = AF_UNSPEC,
+					 .ai_socktype = SOCK_STREAM,
 					 .ai_protocol = IPPROTO_TCP };
 	c->phase = P_RESOLVE;
 	bufferevent_disable(c->cbev, EV_READ);
@@ -583,7 +587,6 @@ void gw_upstream_start(struct conn *c)
 	if (rq)
 		c->dns_req = rq;
 }
-
 
 static void up_read_cb(struct bufferevent *bev, void *ud)
 {
@@ -629,7 +632,8 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 		return;
 	}
 	if (c->phase == P_FORWARD && !c->resp_head_done && c->reused && c->retry &&
-	    evbuffer_get_length(c->retry) > 0 && evbuffer_get_length(bufferevent_get_input(bev)) == 0) {
+	    evbuffer_get_length(c->retry) > 0 &&
+	    evbuffer_get_length(bufferevent_get_input(bev)) == 0) {
 		gw_up_free(c);
 		c->up_reusable = c->reused = false;
 		evbuffer_add_buffer(c->pending, c->retry);
@@ -648,7 +652,8 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 			snprintf(why, sizeof(why), "upstream timed out");
 		else if (!c->up_connected)
 			snprintf(why, sizeof(why), "cannot connect to the upstream: %s",
-				 e ? "TLS handshake failed" : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+				 e ? "TLS handshake failed" :
+				     evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
 		else
 			snprintf(why, sizeof(why), "the upstream closed the connection");
 		ERR_clear_error();

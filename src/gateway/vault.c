@@ -268,8 +268,8 @@ static int open_checked(const char *path, struct al_error *err)
 		r = al_error_set(err, -EPERM,
 				 "%s: owned by uid %u, not by the gateway's uid %u; fix with: "
 				 "chown %u %s",
-				 path, (unsigned)st.st_uid, (unsigned)geteuid(), (unsigned)geteuid(),
-				 path);
+				 path, (unsigned)st.st_uid, (unsigned)geteuid(),
+				 (unsigned)geteuid(), path);
 	else if (st.st_size < 0 || (uint64_t)st.st_size > GW_VAULT_FILE_MAX)
 		r = al_error_set(err, -EFBIG, "%s: larger than the limit of %u bytes", path,
 				 GW_VAULT_FILE_MAX);

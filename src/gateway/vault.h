@@ -19,7 +19,7 @@
 
 #define GW_VAULT_MAX_SECRETS 256
 #define GW_VAULT_NAME_MAX 64
-#define GW_SECRET_MIN 8     /* shorter values cannot be redacted safely */
+#define GW_SECRET_MIN 8 /* shorter values cannot be redacted safely */
 #define GW_SECRET_MAX 8192
 /* Forms of a secret the gateway writes (base64 of a Basic pair, percent-
  * encoded): a little longer than the secret itself. */

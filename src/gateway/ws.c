@@ -30,10 +30,10 @@ struct gw_ws {
 	size_t ctl_len;
 	/* The data message under way. */
 	bool in_message;
-	int msg_opcode;        /* text or binary */
-	bool msg_written;      /* a first fragment went out: the rest are continuations */
+	int msg_opcode;	  /* text or binary */
+	bool msg_written; /* a first fragment went out: the rest are continuations */
 	struct gw_redactor *red;
-	struct buf out;        /* redacted payload gathered for the next fragment */
+	struct buf out; /* redacted payload gathered for the next fragment */
 	bool failed;
 };
 

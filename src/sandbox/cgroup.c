@@ -152,18 +152,18 @@ static int v2_enable_controllers(const char *root, const char *parent_rel)
 	}
 }
 
-int sbx_cgroup_limits(const struct sbx_spec *spec, bool v2, struct sbx_cgroup_knob *out,
-		      size_t max)
+int sbx_cgroup_limits(const struct sbx_spec *spec, bool v2, struct sbx_cgroup_knob *out, size_t max)
 {
 	size_t n = 0;
-#define KNOB(ctl_, file_, opt_, ...)                                                                  \
-	do {                                                                                       \
-		if (n >= max)                                                                      \
-			return -ENOBUFS;                                                           \
-		out[n] = (struct sbx_cgroup_knob){ .controller = (ctl_), .file = (file_),            \
-						   .optional = (opt_) };                            \
-		snprintf(out[n].value, sizeof(out[n].value), __VA_ARGS__);                         \
-		n++;                                                                               \
+#define KNOB(ctl_, file_, opt_, ...)                                       \
+	do {                                                               \
+		if (n >= max)                                              \
+			return -ENOBUFS;                                   \
+		out[n] = (struct sbx_cgroup_knob){ .controller = (ctl_),   \
+						   .file = (file_),        \
+						   .optional = (opt_) };   \
+		snprintf(out[n].value, sizeof(out[n].value), __VA_ARGS__); \
+		n++;                                                       \
 	} while (0)
 	if (spec->memory_bytes) {
 		KNOB(0, v2 ? "memory.max" : "memory.limit_in_bytes", false, "%" PRIu64,
@@ -172,7 +172,8 @@ int sbx_cgroup_limits(const struct sbx_spec *spec, bool v2, struct sbx_cgroup_kn
 		if (v2)
 			KNOB(0, "memory.swap.max", true, "0");
 		else
-			KNOB(0, "memory.memsw.limit_in_bytes", true, "%" PRIu64, spec->memory_bytes);
+			KNOB(0, "memory.memsw.limit_in_bytes", true, "%" PRIu64,
+			     spec->memory_bytes);
 	}
 	if (spec->pids)
 		KNOB(1, "pids.max", false, "%" PRIu64, spec->pids);
@@ -219,8 +220,8 @@ static bool parent_valid(const char *parent)
 	       parent[strlen(parent) - 1] != '/';
 }
 
-int sbx_cgroup_create(const struct sbx_settings *set, const char *id,
-		      const struct sbx_spec *spec, struct sbx_cgroup *ret, struct al_error *err)
+int sbx_cgroup_create(const struct sbx_settings *set, const char *id, const struct sbx_spec *spec,
+		      struct sbx_cgroup *ret, struct al_error *err)
 {
 	struct sbx_cgroup cg = { .dirfd = -1 };
 	if (!parent_valid(set->cgroup_parent))
@@ -231,14 +232,16 @@ int sbx_cgroup_create(const struct sbx_settings *set, const char *id,
 		cg.v2 = true;
 		int r = v2_enable_controllers(v2root, set->cgroup_parent);
 		if (r < 0)
-			return al_error_set_errno(err, r, "cannot delegate cgroup controllers below %s/%s",
+			return al_error_set_errno(err, r,
+						  "cannot delegate cgroup controllers below %s/%s",
 						  v2root, set->cgroup_parent);
 		int n = snprintf(cg.path[0], sizeof(cg.path[0]), "%s/%s/%s", v2root,
 				 set->cgroup_parent, id);
 		if (n < 0 || (size_t)n >= sizeof(cg.path[0]))
 			return al_error_set(err, -ENAMETOOLONG, "cgroup path too long");
 		if (mkdir(cg.path[0], 0755) < 0)
-			return al_error_set_errno(err, -errno, "cannot create cgroup %s", cg.path[0]);
+			return al_error_set_errno(err, -errno, "cannot create cgroup %s",
+						  cg.path[0]);
 		cg.present[0] = true;
 		memcpy(cg.path[1], cg.path[0], sizeof(cg.path[0]));
 		memcpy(cg.path[2], cg.path[0], sizeof(cg.path[0]));
@@ -250,9 +253,10 @@ int sbx_cgroup_create(const struct sbx_settings *set, const char *id,
 			snprintf(procs, sizeof(procs), "%s/cgroup.procs", root);
 			if (is_cgroup2(root) || access(procs, F_OK) < 0) {
 				sbx_cgroup_destroy(&cg);
-				return al_error_set(err, -EOPNOTSUPP,
-						    "the %s cgroup controller is not mounted (see `airlock doctor`)",
-						    controllers[i]);
+				return al_error_set(
+					err, -EOPNOTSUPP,
+					"the %s cgroup controller is not mounted (see `airlock doctor`)",
+					controllers[i]);
 			}
 			int n = snprintf(cg.path[i], sizeof(cg.path[i]), "%s/%s/%s", root,
 					 set->cgroup_parent, id);
@@ -263,7 +267,8 @@ int sbx_cgroup_create(const struct sbx_settings *set, const char *id,
 			int r = mkdir_p(cg.path[i], 0755);
 			if (r < 0) {
 				sbx_cgroup_destroy(&cg);
-				return al_error_set_errno(err, r, "cannot create cgroup %s", cg.path[i]);
+				return al_error_set_errno(err, r, "cannot create cgroup %s",
+							  cg.path[i]);
 			}
 			cg.present[i] = true;
 		}
@@ -420,8 +425,8 @@ bool sbx_cgroup_populated(const struct sbx_settings *set, const char *id)
 	return false;
 }
 
-int sbx_cgroup_gc(const struct sbx_settings *set, bool (*alive)(const char *id, void *ud),
-		  void *ud, unsigned *removed)
+int sbx_cgroup_gc(const struct sbx_settings *set, bool (*alive)(const char *id, void *ud), void *ud,
+		  unsigned *removed)
 {
 	if (!parent_valid(set->cgroup_parent))
 		return -EINVAL;

@@ -50,8 +50,11 @@ int sbx_doctor(int out_fd)
 	struct utsname u;
 	uname(&u);
 
-	c[n] = (struct check){ .name = "running as root", .ok = geteuid() == 0,
-			       .advice = "run airlock's sandbox commands as root (or through `airlock serve`)" };
+	c[n] = (struct check){
+		.name = "running as root",
+		.ok = geteuid() == 0,
+		.advice = "run airlock's sandbox commands as root (or through `airlock serve`)"
+	};
 	snprintf(c[n].detail, sizeof(c[n].detail), "euid %u", (unsigned)geteuid());
 	n++;
 
@@ -69,34 +72,39 @@ int sbx_doctor(int out_fd)
 			userns_max = 0;
 	}
 	bool userns = userns_max > 0;
-	c[n] = (struct check){ .name = "user namespaces", .ok = userns,
+	c[n] = (struct check){ .name = "user namespaces",
+			       .ok = userns,
 			       .advice = "sysctl -w user.max_user_namespaces=15000" };
 	snprintf(c[n].detail, sizeof(c[n].detail), "max_user_namespaces=%s",
 		 max_userns ? max_userns : "?");
 	n++;
 
-	c[n] = (struct check){ .name = "overlayfs", .ok = file_contains("/proc/filesystems", "overlay"),
+	c[n] = (struct check){ .name = "overlayfs",
+			       .ok = file_contains("/proc/filesystems", "overlay"),
 			       .advice = "modprobe overlay" };
 	n++;
 
 	c[n] = (struct check){ .name = "idmapped mounts (mount_setattr)",
 			       .ok = syscall_exists(SYS_mount_setattr),
-			       .advice = "Linux 5.19 or newer is needed (idmapped overlay layers)" };
+			       .advice =
+				       "Linux 5.19 or newer is needed (idmapped overlay layers)" };
 	n++;
 
 	c[n] = (struct check){ .name = "new mount API (open_tree, move_mount)",
-			       .ok = syscall_exists(SYS_open_tree) && syscall_exists(SYS_move_mount),
+			       .ok = syscall_exists(SYS_open_tree) &&
+				     syscall_exists(SYS_move_mount),
 			       .advice = "Linux 5.2 or newer" };
 	n++;
 
-	c[n] = (struct check){ .name = "clone3 and pidfd", .ok = syscall_exists(SYS_clone3) &&
-								  syscall_exists(SYS_pidfd_open),
+	c[n] = (struct check){ .name = "clone3 and pidfd",
+			       .ok = syscall_exists(SYS_clone3) && syscall_exists(SYS_pidfd_open),
 			       .advice = "Linux 5.3 or newer" };
 	n++;
 
 	c[n] = (struct check){ .name = "seccomp filters",
 			       .ok = prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 &&
-				     file_contains("/proc/sys/kernel/seccomp/actions_avail", "kill_process"),
+				     file_contains("/proc/sys/kernel/seccomp/actions_avail",
+						   "kill_process"),
 			       .advice = "a kernel with CONFIG_SECCOMP_FILTER" };
 	const struct scmp_version *v = seccomp_version();
 	snprintf(c[n].detail, sizeof(c[n].detail), "libseccomp %u.%u.%u", v->major, v->minor,
@@ -107,11 +115,15 @@ int sbx_doctor(int out_fd)
 	bool v1 = access("/sys/fs/cgroup/memory/cgroup.procs", F_OK) == 0 &&
 		  access("/sys/fs/cgroup/pids/cgroup.procs", F_OK) == 0 &&
 		  access("/sys/fs/cgroup/cpu/cgroup.procs", F_OK) == 0;
-	c[n] = (struct check){ .name = "cgroups (memory, pids, cpu)", .ok = v1 || v2,
-			       .advice = "mount cgroup2 at /sys/fs/cgroup with the memory, pids and "
-					 "cpu controllers (or the v1 hierarchies)" };
+	c[n] = (struct check){ .name = "cgroups (memory, pids, cpu)",
+			       .ok = v1 || v2,
+			       .advice =
+				       "mount cgroup2 at /sys/fs/cgroup with the memory, pids and "
+				       "cpu controllers (or the v1 hierarchies)" };
 	snprintf(c[n].detail, sizeof(c[n].detail), "%s",
-		 v2 ? "cgroup v2 (CLONE_INTO_CGROUP)" : v1 ? "cgroup v1 hierarchies" : "none usable");
+		 v2 ? "cgroup v2 (CLONE_INTO_CGROUP)" :
+		 v1 ? "cgroup v1 hierarchies" :
+		      "none usable");
 	n++;
 
 	if (!v2 && v1)
@@ -119,8 +131,9 @@ int sbx_doctor(int out_fd)
 			.name = "cgroup v1 attach cost",
 			.ok = true,
 			.advice = NULL,
-			.detail = "v1 moves each sandbox by pid, which waits for an RCU grace period "
-				  "(~10 ms when idle); cgroup v2 avoids it",
+			.detail =
+				"v1 moves each sandbox by pid, which waits for an RCU grace period "
+				"(~10 ms when idle); cgroup v2 avoids it",
 		};
 
 	int missing = 0;
@@ -133,7 +146,8 @@ int sbx_doctor(int out_fd)
 				dprintf(out_fd, "%-40s -> %s\n", "", c[i].advice);
 		}
 	}
-	dprintf(out_fd, "%s\n", missing ? "some features are missing: see the advice above"
-					: "everything the sandbox needs is present");
+	dprintf(out_fd, "%s\n",
+		missing ? "some features are missing: see the advice above" :
+			  "everything the sandbox needs is present");
 	return missing;
 }

@@ -47,8 +47,8 @@
 
 /* Never copied, whatever their mode. */
 static const char *const etc_never[] = {
-	"airlock", "shadow", "shadow-", "gshadow", "gshadow-", "ssl/private",
-	"security/opasswd", "krb5.keytab", "machine-id", "hostname", "hosts", "resolv.conf",
+	"airlock",	    "shadow",	   "shadow-",	 "gshadow",  "gshadow-", "ssl/private",
+	"security/opasswd", "krb5.keytab", "machine-id", "hostname", "hosts",	 "resolv.conf",
 };
 
 static bool never_copied(const char *rel)
@@ -77,7 +77,7 @@ struct prev {
 struct walk {
 	struct buf manifest; /* one line per entry: what the copy was made from */
 	struct buf dirs;     /* "<mtime> <ino> <path>\n" per directory */
-	int dst;             /* copy: the destination directory, or -1 to only list */
+	int dst;	     /* copy: the destination directory, or -1 to only list */
 	unsigned entries;
 	const struct prev *prev; /* NULL: nothing to link from */
 	unsigned linked;
@@ -279,12 +279,14 @@ static int walk_dir(struct walk *w, int sfd, int dfd, int odfd, const char *rel,
 			if (w->dst >= 0) {
 				if (odfd >= 0)
 					o2 = openat(odfd, name,
-						    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+						    O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+							    O_CLOEXEC);
 				if (mkdirat(dfd, name, 0700) < 0) {
 					ret = -errno;
 					break;
 				}
-				d2 = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+				d2 = openat(dfd, name,
+					    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 				if (d2 < 0) {
 					ret = -errno;
 					break;
@@ -415,7 +417,8 @@ static int boot_id(char out[64])
  */
 static bool generation_fresh(int basefd, const char *gen)
 {
-	_cleanup_close_ int g = openat(basefd, gen, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int g =
+		openat(basefd, gen, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (g < 0)
 		return false;
 	_cleanup_free_ char *dirs = NULL, *boot = NULL;
@@ -469,7 +472,8 @@ static int prev_load(int basefd, const char *boot, struct prev *ret)
 	cur[cl] = '\0';
 	if (!sbx_id_valid(cur))
 		return -1;
-	_cleanup_close_ int g = openat(basefd, cur, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int g =
+		openat(basefd, cur, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (g < 0)
 		return -1;
 	_cleanup_free_ char *pboot = NULL;
@@ -527,7 +531,8 @@ static int build_once(int basefd, char *ret_gen, size_t size)
 	snprintf(tmp, sizeof(tmp), "tmp-%s", id);
 	if (mkdirat(basefd, tmp, 0700) < 0)
 		return -errno;
-	_cleanup_close_ int g = openat(basefd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int g =
+		openat(basefd, tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (g < 0)
 		return -errno;
 	if (mkdirat(g, "etc", 0755) < 0)
@@ -549,7 +554,8 @@ static int build_once(int basefd, char *ret_gen, size_t size)
 			r = -errno;
 	}
 	if (r >= 0)
-		r = write_small(g, "manifest", w.manifest.data ? w.manifest.data : "", w.manifest.len);
+		r = write_small(g, "manifest", w.manifest.data ? w.manifest.data : "",
+				w.manifest.len);
 	if (r >= 0)
 		r = write_small(g, "dirs", w.dirs.data ? w.dirs.data : "", w.dirs.len);
 	if (r >= 0)
@@ -638,8 +644,10 @@ int sbx_etc_view(const struct sbx_settings *set, bool (*in_use)(const char *gen,
 		return al_error_set_errno(err, -errno, "cannot create %s", base);
 	int pr = sbx_check_private_dir(base);
 	if (pr < 0)
-		return al_error_set(err, pr, "%s must be a directory owned by root and writable "
-				    "by root alone", base);
+		return al_error_set(err, pr,
+				    "%s must be a directory owned by root and writable "
+				    "by root alone",
+				    base);
 	_cleanup_close_ int basefd = open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (basefd < 0)
 		return al_error_set_errno(err, -errno, "cannot open %s", base);
@@ -669,7 +677,8 @@ int sbx_etc_view(const struct sbx_settings *set, bool (*in_use)(const char *gen,
 			int r = build_generation(basefd, gen, sizeof(gen));
 			if (r < 0) {
 				close(lock);
-				return al_error_set_errno(err, r, "cannot make the sandbox's view of /etc");
+				return al_error_set_errno(err, r,
+							  "cannot make the sandbox's view of /etc");
 			}
 			/* Older generations no sandbox uses go now, so that a busy
 			 * /etc cannot pile them up. */
@@ -705,8 +714,8 @@ void sbx_etc_view_release(struct sbx_etc_view *v)
 	v->lock_fd = safe_close(v->lock_fd);
 }
 
-int sbx_etc_gc(const struct sbx_settings *set, bool (*in_use)(const char *gen, void *ud),
-	       void *ud, unsigned *removed)
+int sbx_etc_gc(const struct sbx_settings *set, bool (*in_use)(const char *gen, void *ud), void *ud,
+	       unsigned *removed)
 {
 	char base[SBX_PATH_MAX];
 	int n = snprintf(base, sizeof(base), "%s/.etc", set->state_dir);
@@ -715,8 +724,8 @@ int sbx_etc_gc(const struct sbx_settings *set, bool (*in_use)(const char *gen, v
 	_cleanup_close_ int basefd = open(base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (basefd < 0)
 		return errno == ENOENT ? 0 : -errno;
-	_cleanup_close_ int lock = openat(basefd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
-					  0600);
+	_cleanup_close_ int lock =
+		openat(basefd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	/* Nobody is setting up from a generation while we hold this; if
 	 * someone is, old generations wait for the next gc. */
 	if (lock < 0)

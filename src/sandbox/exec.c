@@ -75,8 +75,10 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 	if (conn < 0)
 		return al_error_set_errno(err, -errno, "socket");
 	if (connect(conn, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return al_error_set(err, -ESRCH, "sandbox %s is not running (destroy it or run "
-				    "`airlock sandbox gc`)", id);
+		return al_error_set(err, -ESRCH,
+				    "sandbox %s is not running (destroy it or run "
+				    "`airlock sandbox gc`)",
+				    id);
 
 	struct sbx_env env = { 0 }, base = { 0 };
 	r = sbx_env_read_file(&paths, &base);
@@ -86,7 +88,8 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 	_cleanup_free_ uint8_t *req = NULL;
 	size_t req_len = 0;
 	if (r >= 0)
-		r = request_build(argv, env.v, opts->cwd ? opts->cwd : "/workspace", &req, &req_len);
+		r = request_build(argv, env.v, opts->cwd ? opts->cwd : "/workspace", &req,
+				  &req_len);
 	sbx_env_free(&env);
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot build the command's request");

@@ -109,8 +109,8 @@ static void __attribute__((noreturn)) init_fail(int st, int r, const char *what)
  * new namespaces. st is its end of the status channel, go_fd is read once
  * before anything of the sandbox's runs (the cgroup placement is done then).
  */
-static void __attribute__((noreturn)) init_main(const struct sbx_init_args *a, int st, int go_fd,
-						bool need_cgroupns)
+static void __attribute__((noreturn))
+init_main(const struct sbx_init_args *a, int st, int go_fd, bool need_cgroupns)
 {
 	if (a->ephemeral)
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
@@ -162,8 +162,13 @@ static void __attribute__((noreturn)) init_main(const struct sbx_init_args *a, i
 	/* Nothing of the supervisor's stays open here (its stdio, locks,
 	 * descriptors of host directories) but what the command needs. */
 	struct sbx_stdio *io = a->cmd ? a->cmd->io : NULL;
-	int keep[] = { st, io ? io->in[0] : -1, io ? io->in[1] : -1, io ? io->out[0] : -1,
-		       io ? io->out[1] : -1, io ? io->err[0] : -1, io ? io->err[1] : -1 };
+	int keep[] = { st,
+		       io ? io->in[0] : -1,
+		       io ? io->in[1] : -1,
+		       io ? io->out[0] : -1,
+		       io ? io->out[1] : -1,
+		       io ? io->err[0] : -1,
+		       io ? io->err[1] : -1 };
 	if (close_all_fds_except(keep, ARRAY_SIZE(keep)) < 0)
 		_exit(125);
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -196,7 +201,7 @@ static void __attribute__((noreturn)) init_main(const struct sbx_init_args *a, i
  * *ret_go the pipe to write one byte to once the cgroup placement is done.
  */
 pid_t sbx_init_spawn(const struct sbx_init_args *a, bool into_cgroup_v2, int cgroup_fd,
-			bool in_cgroup_already, int *ret_pidfd, int *ret_chan, int *ret_go)
+		     bool in_cgroup_already, int *ret_pidfd, int *ret_chan, int *ret_go)
 {
 	int chan[2], go[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, chan) < 0)
@@ -264,4 +269,3 @@ int sbx_init_recv_listeners(int chan, struct sbx_net_fds *ret, struct al_error *
 		return al_error_set(err, -EBADMSG, "unexpected message from the sandbox");
 	return 0;
 }
-

@@ -9,18 +9,18 @@
 
 #include "sandbox/sandbox.h"
 
-#define SBX_RANGE 65536u          /* uids (and gids) per sandbox */
+#define SBX_RANGE 65536u /* uids (and gids) per sandbox */
 #define SBX_DEFAULT_UID_BASE 0x60000000u
 #define SBX_DEFAULT_UID_SLOTS 4096u
 #define SBX_PATH_MAX 4096
 #define SBX_STATE_FILE_MAX 16384
-#define SBX_CGROUP_CONTROLLERS 3 /* memory, pids, cpu */
-#define SBX_TRUST_PEM_MAX (1024 * 1024)        /* spec->trust_pem */
-#define SBX_HOST_BUNDLE_MAX (4 * 1024 * 1024)  /* the host's CA bundle, copied in */
+#define SBX_CGROUP_CONTROLLERS 3	      /* memory, pids, cpu */
+#define SBX_TRUST_PEM_MAX (1024 * 1024)	      /* spec->trust_pem */
+#define SBX_HOST_BUNDLE_MAX (4 * 1024 * 1024) /* the host's CA bundle, copied in */
 
 /* Where a sandbox lives on the host. */
 struct sbx_paths {
-	char dir[SBX_PATH_MAX];  /* <state_dir>/<id> */
+	char dir[SBX_PATH_MAX];	 /* <state_dir>/<id> */
 	char root[SBX_PATH_MAX]; /* <dir>/root: mount point of the sandbox's private tmpfs */
 };
 
@@ -94,8 +94,8 @@ struct sbx_cgroup_knob {
 /* The knob writes that put spec's limits in place; returns their count. */
 int sbx_cgroup_limits(const struct sbx_spec *spec, bool v2, struct sbx_cgroup_knob *out,
 		      size_t max);
-int sbx_cgroup_create(const struct sbx_settings *set, const char *id,
-		      const struct sbx_spec *spec, struct sbx_cgroup *ret, struct al_error *err);
+int sbx_cgroup_create(const struct sbx_settings *set, const char *id, const struct sbx_spec *spec,
+		      struct sbx_cgroup *ret, struct al_error *err);
 /* Puts pid into every controller (cgroup v1; v2 places at clone time). */
 int sbx_cgroup_attach(const struct sbx_cgroup *cg, pid_t pid);
 /* Number of OOM kills recorded so far; 0 if unknown. */
@@ -103,8 +103,8 @@ uint64_t sbx_cgroup_oom_kills(const struct sbx_cgroup *cg);
 int sbx_cgroup_destroy(const struct sbx_cgroup *cg);
 void sbx_cgroup_close(struct sbx_cgroup *cg);
 /* Removes cgroups below the parent whose names are not live sandbox ids. */
-int sbx_cgroup_gc(const struct sbx_settings *set, bool (*alive)(const char *id, void *ud),
-		  void *ud, unsigned *removed);
+int sbx_cgroup_gc(const struct sbx_settings *set, bool (*alive)(const char *id, void *ud), void *ud,
+		  unsigned *removed);
 bool sbx_cgroup_v2_usable(void);
 /* Whether <parent>/<id> holds processes in any hierarchy (derived from the
  * settings alone, for when a state file cannot be read). */
@@ -147,8 +147,8 @@ int sbx_etc_view(const struct sbx_settings *set, bool (*in_use)(const char *gen,
 		 void *ud, struct sbx_etc_view *ret, struct al_error *err);
 void sbx_etc_view_release(struct sbx_etc_view *v);
 /* Removes generations neither current nor in use. */
-int sbx_etc_gc(const struct sbx_settings *set, bool (*in_use)(const char *gen, void *ud),
-	       void *ud, unsigned *removed);
+int sbx_etc_gc(const struct sbx_settings *set, bool (*in_use)(const char *gen, void *ud), void *ud,
+	       unsigned *removed);
 /* rootfs.c: host side, once the user namespaces exist: turns the plan's
  * directories into detached (idmapped) mounts the init can attach. */
 int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_userns_fd,

@@ -134,9 +134,9 @@ static int request_parse(const uint8_t *data, size_t len, struct request *ret)
  * command should the client go away. Killing the helper (the client's
  * timeout does) kills the command's init, hence every process it started.
  */
-static void __attribute__((noreturn)) exec_helper(int init_pidfd, const struct sbx_argarea *area,
-						  const struct request *req, struct sbx_stdio *io,
-						  int s, uint64_t pids, const struct sbx_bpf *filter)
+static void __attribute__((noreturn))
+exec_helper(int init_pidfd, const struct sbx_argarea *area, const struct request *req,
+	    struct sbx_stdio *io, int s, uint64_t pids, const struct sbx_bpf *filter)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	/* The keeper's memory: its arguments are wiped already; the title is
@@ -145,8 +145,8 @@ static void __attribute__((noreturn)) exec_helper(int init_pidfd, const struct s
 	/* Still host root: this also lowers oom_score_adj_min from the
 	 * keeper's -1000, so nothing inside can make itself unkillable. */
 	(void)write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "0");
-	if (setns(init_pidfd, CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC |
-				      CLONE_NEWCGROUP) < 0) {
+	if (setns(init_pidfd,
+		  CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP) < 0) {
 		sbx_msg_send(s, SBX_MSG_ERROR, -errno, "cannot enter the sandbox's namespaces");
 		_exit(125);
 	}
@@ -180,7 +180,8 @@ static void __attribute__((noreturn)) exec_helper(int init_pidfd, const struct s
 		}
 		int rr = sbx_become_root(init_pidfd, true);
 		if (rr < 0) {
-			sbx_msg_send(s, SBX_MSG_ERROR, rr, "cannot enter the sandbox's user namespace");
+			sbx_msg_send(s, SBX_MSG_ERROR, rr,
+				     "cannot enter the sandbox's user namespace");
 			_exit(125);
 		}
 		close(init_pidfd);
@@ -253,7 +254,8 @@ static void keeper_reply_err(int conn, const char *why)
 }
 
 static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd,
-			 const struct sbx_argarea *area, uint64_t pids, const struct sbx_bpf *filter)
+			 const struct sbx_argarea *area, uint64_t pids,
+			 const struct sbx_bpf *filter)
 {
 	struct timeval tv = { .tv_sec = KEEPER_RECV_TIMEOUT_S };
 	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -306,9 +308,9 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd,
 
 /* Runs until the sandbox's init (init_pidfd) exits, serving exec requests
  * on listen_fd. */
-static void __attribute__((noreturn)) keeper_main(int listen_fd, int init_pidfd, pid_t init_pid,
-						  const struct sbx_argarea *area, uint64_t pids,
-						  const struct sbx_bpf *filter)
+static void __attribute__((noreturn))
+keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, const struct sbx_argarea *area,
+	    uint64_t pids, const struct sbx_bpf *filter)
 {
 	/* Exec helpers that die before their children (a timeout kills them
 	 * first) hand those children to us, not to the host's init. */
@@ -366,8 +368,8 @@ static void __attribute__((noreturn)) keeper_main(int listen_fd, int init_pidfd,
  * reports the init's pid and start time, waits until the creator has
  * recorded the sandbox, then serves exec requests.
  */
-static void __attribute__((noreturn)) keeper_child(const struct sbx_init_args *a, int lfd, int rep,
-						   int go_fd)
+static void __attribute__((noreturn))
+keeper_child(const struct sbx_init_args *a, int lfd, int rep, int go_fd)
 {
 	char c;
 	ssize_t n;
@@ -468,7 +470,8 @@ static void __attribute__((noreturn)) keeper_child(const struct sbx_init_args *a
 }
 
 int sbx_keeper_spawn(const struct sbx_init_args *a, const struct sbx_paths *p,
-		     const struct sbx_cgroup *cg, struct sbx_keeper_start *ret, struct al_error *err)
+		     const struct sbx_cgroup *cg, struct sbx_keeper_start *ret,
+		     struct al_error *err)
 {
 	char path[SBX_PATH_MAX];
 	int r = sbx_control_path(p, path, sizeof(path));
@@ -515,6 +518,8 @@ int sbx_keeper_spawn(const struct sbx_init_args *a, const struct sbx_paths *p,
 	}
 	close(rep[1]);
 	close(kgo[0]);
-	*ret = (struct sbx_keeper_start){ .pid = kpid, .pidfd = kpidfd, .rep = rep[0], .go = kgo[1] };
+	*ret = (struct sbx_keeper_start){
+		.pid = kpid, .pidfd = kpidfd, .rep = rep[0], .go = kgo[1]
+	};
 	return 0;
 }

@@ -33,7 +33,8 @@ static int destroy_locked(const struct sbx_settings *set, const char *id, struct
 			close(pidfd);
 			if (r < 0) {
 				safe_close(kfd);
-				return al_error_set(err, r, "sandbox %s did not die within 10 s", id);
+				return al_error_set(err, r, "sandbox %s did not die within 10 s",
+						    id);
 			}
 		}
 		if (kfd >= 0) {
@@ -45,11 +46,13 @@ static int destroy_locked(const struct sbx_settings *set, const char *id, struct
 			}
 			close(kfd);
 			if (r < 0)
-				return al_error_set(err, r, "the keeper of sandbox %s did not die", id);
+				return al_error_set(err, r, "the keeper of sandbox %s did not die",
+						    id);
 		}
 		r = sbx_cgroup_destroy(&st->cg);
 		if (r < 0)
-			return al_error_set_errno(err, r, "cannot remove the cgroups of sandbox %s", id);
+			return al_error_set_errno(err, r, "cannot remove the cgroups of sandbox %s",
+						  id);
 	}
 	r = sbx_rm_rf(p.dir);
 	if (r < 0)
@@ -72,9 +75,8 @@ int sbx_destroy(const struct sbx_settings *set, const char *id, struct al_error 
 	return destroy_locked(set, id, &st, true, err);
 }
 
-int sbx_list(const struct sbx_settings *set,
-	     int (*fn)(const struct sbx_info *info, void *userdata), void *userdata,
-	     struct al_error *err)
+int sbx_list(const struct sbx_settings *set, int (*fn)(const struct sbx_info *info, void *userdata),
+	     void *userdata, struct al_error *err)
 {
 	DIR *d = opendir(set->state_dir);
 	if (!d) {
@@ -177,10 +179,11 @@ int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_erro
 			 * processes is not debris: it is left alone and reported. */
 			if (!have && sbx_cgroup_populated(set, de->d_name)) {
 				if (ret == 0)
-					ret = al_error_set(err, -EBUSY,
-							   "sandbox %s has an unreadable state file but "
-							   "is still running: left alone (%s)",
-							   de->d_name, al_error_message(&e));
+					ret = al_error_set(
+						err, -EBUSY,
+						"sandbox %s has an unreadable state file but "
+						"is still running: left alone (%s)",
+						de->d_name, al_error_message(&e));
 				close(lock);
 				continue;
 			}

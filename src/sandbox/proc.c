@@ -46,8 +46,8 @@ extern char **environ;
 /* ---- small system call wrappers ---- */
 
 struct clone_args_v2 {
-	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
-		set_tid, set_tid_size, cgroup;
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid,
+		set_tid_size, cgroup;
 };
 
 /* fork-like clone3: returns 0 in the child. The child must only make
@@ -171,10 +171,14 @@ int sbx_userns_workspace(uint32_t base, uint32_t owner_uid, uint32_t owner_gid)
 /* What root inside keeps: enough to own and manage its own files and
  * processes (package managers need these), nothing that reaches the kernel. */
 static const int kept_caps[] = {
-	CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER,      CAP_FSETID,
-	CAP_KILL,   CAP_SETGID,       CAP_SETUID,          CAP_SETPCAP,     CAP_NET_BIND_SERVICE,
-	CAP_NET_RAW, CAP_SYS_CHROOT,  CAP_MKNOD,           CAP_AUDIT_WRITE, CAP_SETFCAP,
-	CAP_SYS_PTRACE,
+	CAP_CHOWN,	     CAP_DAC_OVERRIDE,
+	CAP_DAC_READ_SEARCH, CAP_FOWNER,
+	CAP_FSETID,	     CAP_KILL,
+	CAP_SETGID,	     CAP_SETUID,
+	CAP_SETPCAP,	     CAP_NET_BIND_SERVICE,
+	CAP_NET_RAW,	     CAP_SYS_CHROOT,
+	CAP_MKNOD,	     CAP_AUDIT_WRITE,
+	CAP_SETFCAP,	     CAP_SYS_PTRACE,
 };
 
 static uint64_t kept_mask(void)
@@ -351,8 +355,8 @@ int sbx_env_set(struct sbx_env *e, const char *kv)
 	return 0;
 }
 
-int sbx_env_build(struct sbx_env *e, char *const *spec_env, size_t n_spec,
-		     char *const *extra, size_t n_extra)
+int sbx_env_build(struct sbx_env *e, char *const *spec_env, size_t n_spec, char *const *extra,
+		  size_t n_extra)
 {
 	int r = sbx_env_set(e, "PATH=" DEFAULT_PATH);
 	if (r >= 0)
@@ -398,7 +402,8 @@ static void __attribute__((noreturn)) exec_command(const struct sbx_command *c)
 		setrlimit(RLIMIT_NPROC, &np);
 	}
 	if (chdir(c->cwd) < 0) {
-		dprintf(2, "airlock: cannot change to directory %s: %s\n", c->cwd, al_strerror(errno));
+		dprintf(2, "airlock: cannot change to directory %s: %s\n", c->cwd,
+			al_strerror(errno));
 		_exit(125);
 	}
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
@@ -432,7 +437,8 @@ void sbx_run_init(const struct sbx_command *c)
 	if (c && c->argv) {
 		child = fork();
 		if (child < 0) {
-			sbx_msg_send(c->status_fd, SBX_MSG_ERROR, -errno, "cannot fork the command");
+			sbx_msg_send(c->status_fd, SBX_MSG_ERROR, -errno,
+				     "cannot fork the command");
 			_exit(125);
 		}
 		if (child == 0) {
@@ -516,4 +522,3 @@ int sbx_wait_pidfd_exit(int pidfd, int timeout_ms)
 		;
 	return r > 0 ? 0 : -ETIMEDOUT;
 }
-

@@ -18,9 +18,9 @@
 
 enum sbx_msg_kind {
 	SBX_MSG_STARTED = 1, /* keeper to creator: value the init's pid, text its start time */
-	SBX_MSG_READY,       /* setup finished */
-	SBX_MSG_ERROR,       /* value: negative errno, text: reason */
-	SBX_MSG_EXITED,      /* value: exit code */
+	SBX_MSG_READY,	     /* setup finished */
+	SBX_MSG_ERROR,	     /* value: negative errno, text: reason */
+	SBX_MSG_EXITED,	     /* value: exit code */
 	SBX_MSG_SIGNALED,    /* value: signal */
 	SBX_MSG_LISTENERS,   /* value: count of descriptors attached (SBX_NET_FDS) */
 	SBX_MSG_KIND_MAX,
@@ -152,8 +152,8 @@ int sbx_init_recv_listeners(int chan, struct sbx_net_fds *ret, struct al_error *
 
 enum {
 	KEEPER_EXEC = 1, /* payload: request; fds: stdin, stdout, stderr, status */
-	KEEPER_OK,       /* payload: int32 host pid of the helper; fd: its pidfd */
-	KEEPER_ERR,      /* payload: reason (NUL-terminated) */
+	KEEPER_OK,	 /* payload: int32 host pid of the helper; fd: its pidfd */
+	KEEPER_ERR,	 /* payload: reason (NUL-terminated) */
 };
 #define KEEPER_REQ_MAX (1024 * 1024)
 #define KEEPER_MAX_ARGS 4096

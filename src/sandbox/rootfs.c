@@ -45,12 +45,12 @@
 #define MAX_LAYERS 16
 
 struct layer {
-	int fd;                   /* O_PATH descriptor of the lower directory, then
+	int fd;			   /* O_PATH descriptor of the lower directory, then
 				   * (sbx_rootfs_make_trees) a detached clone of it */
-	struct stat st;           /* of the lower directory, on the host */
-	unsigned missing_points;  /* image: mount points it lacks (bit i: points[i]) */
-	char name[32];            /* directory name under upper/ and work/ */
-	char lower[SBX_PATH_MAX]; /* host path */
+	struct stat st;		   /* of the lower directory, on the host */
+	unsigned missing_points;   /* image: mount points it lacks (bit i: points[i]) */
+	char name[32];		   /* directory name under upper/ and work/ */
+	char lower[SBX_PATH_MAX];  /* host path */
 	char target[SBX_PATH_MAX]; /* path inside the sandbox, "" for "/" */
 };
 
@@ -61,38 +61,39 @@ struct link {
 
 struct sbx_rootfs_plan {
 	char dir[SBX_PATH_MAX];
-	char mnt[SBX_PATH_MAX];   /* <dir>/root: where the private tmpfs goes */
-	char root[SBX_PATH_MAX];  /* <mnt>/rootfs: the sandbox's "/" */
+	char mnt[SBX_PATH_MAX];	 /* <dir>/root: where the private tmpfs goes */
+	char root[SBX_PATH_MAX]; /* <mnt>/rootfs: the sandbox's "/" */
 	char upper[SBX_PATH_MAX];
 	char work[SBX_PATH_MAX];
 	char workspace[SBX_PATH_MAX];
 	bool ws_idmap;
 	uint32_t ws_uid, ws_gid; /* on-disk owner of the workspace */
-	int ws_fd;               /* O_PATH descriptor of --workspace, or -1 */
-	uint32_t uid;            /* host uid of root inside */
+	int ws_fd;		 /* O_PATH descriptor of --workspace, or -1 */
+	uint32_t uid;		 /* host uid of root inside */
 	uint64_t tmp_size;
-	uint64_t state_size;     /* of the private tmpfs holding "/" and the upper layers */
+	uint64_t state_size; /* of the private tmpfs holding "/" and the upper layers */
 	struct layer layers[MAX_LAYERS];
 	size_t n_layers;
 	struct link links[MAX_LAYERS];
 	size_t n_links;
 	bool host_image;
 	bool fresh_workspace;
-	char *host_bundle;           /* the host's CA bundle, when there is a PEM to add */
+	char *host_bundle; /* the host's CA bundle, when there is a PEM to add */
 	size_t host_bundle_len;
 	const struct sbx_spec *spec; /* valid until the init has set up */
 };
 
 /* Host directories shown read-only (through an overlay) with --image host. */
 static const char *const host_layers[] = {
-	"usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
-	"var/lib/dpkg", "var/lib/apt",
+	"usr",	 "etc",	  "opt",    "bin",	    "sbin",	   "lib",
+	"lib32", "lib64", "libx32", "var/lib/dpkg", "var/lib/apt",
 };
 
 /* What an image must have (or is given in its upper layer). */
 static const char *const image_points[] = { "tmp", "proc", "dev", "workspace", "etc" };
 
 /* Fresh directories of the sandbox's own (name, mode). */
+/* clang-format off */
 static const struct {
 	const char *path;
 	mode_t mode;
@@ -105,6 +106,7 @@ static const struct {
 	{ "var/cache/apt/archives/partial", 0700 }, { "var/log", 0755 },
 	{ "var/tmp", 01777 }, { "var/spool", 0755 },
 };
+/* clang-format on */
 
 static int fmt(char *out, size_t size, const char *f, ...) __attribute__((format(printf, 3, 4)));
 static int fmt(char *out, size_t size, const char *f, ...)
@@ -221,7 +223,8 @@ static int write_upper_data(struct maker *mk, int upperfd, const char *name, con
 		openat(upperfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0 && errno == EEXIST) {
 		unlinkat(upperfd, name, 0);
-		fd = openat(upperfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+		fd = openat(upperfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+			    0644);
 	}
 	if (fd < 0)
 		return -errno;
@@ -248,7 +251,8 @@ static int write_upper_file(struct maker *mk, int upperfd, const char *name, con
  */
 static int read_host_bundle(char **ret, size_t *ret_len)
 {
-	_cleanup_close_ int fd = open(SBX_TRUST_BUNDLE, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	_cleanup_close_ int fd =
+		open(SBX_TRUST_BUNDLE, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0) {
 		if (errno == ENOENT || errno == ENOTDIR) {
 			*ret = NULL;
@@ -406,7 +410,8 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 				    "workspace %s goes through a symbolic link: give its real path",
 				    spec->workspace);
 	if (fd == -ENOTDIR)
-		return al_error_set(err, -ENOTDIR, "workspace %s is not a directory", spec->workspace);
+		return al_error_set(err, -ENOTDIR, "workspace %s is not a directory",
+				    spec->workspace);
 	if (fd < 0)
 		return al_error_set_errno(err, fd, "workspace %s", spec->workspace);
 	plan->ws_fd = fd;
@@ -421,10 +426,11 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 		 * be the host's root group. */
 		gid_t gid = st.st_gid;
 		if (gid == 0)
-			return al_error_set(err, -EPERM,
-					    "workspace %s belongs to group root: give it the owner's "
-					    "group (chgrp) so files made inside never belong to root",
-					    spec->workspace);
+			return al_error_set(
+				err, -EPERM,
+				"workspace %s belongs to group root: give it the owner's "
+				"group (chgrp) so files made inside never belong to root",
+				spec->workspace);
 		plan->ws_idmap = true;
 		plan->ws_uid = (uint32_t)st.st_uid;
 		plan->ws_gid = (uint32_t)gid;
@@ -436,7 +442,8 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 	if (st.st_mode & (S_IWOTH | S_ISVTX))
 		return al_error_set(err, -EPERM,
 				    "workspace %s is a shared directory owned by root: give the "
-				    "sandbox a directory of its own", spec->workspace);
+				    "sandbox a directory of its own",
+				    spec->workspace);
 	_cleanup_close_ int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return al_error_set_errno(err, -errno, "workspace %s", spec->workspace);
@@ -450,11 +457,12 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 			empty = false;
 	closedir(d);
 	if (!empty)
-		return al_error_set(err, -EPERM,
-				    "workspace %s is owned by root and not empty; give it to an "
-				    "unprivileged owner (chown -R USER %s) so files made inside are "
-				    "never owned by root on the host",
-				    spec->workspace, spec->workspace);
+		return al_error_set(
+			err, -EPERM,
+			"workspace %s is owned by root and not empty; give it to an "
+			"unprivileged owner (chown -R USER %s) so files made inside are "
+			"never owned by root on the host",
+			spec->workspace, spec->workspace);
 	if (fchown(dfd, plan->uid, plan->uid) < 0)
 		return al_error_set_errno(err, -errno, "cannot hand workspace to the sandbox");
 	plan->ws_idmap = true;
@@ -574,18 +582,22 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 		}
 	} else {
 		if (strcmp(spec->image, "/") == 0)
-			return al_error_set(err, -EINVAL, "image / is the host itself: use --image host");
+			return al_error_set(err, -EINVAL,
+					    "image / is the host itself: use --image host");
 		r = add_layer(plan, spec->image, "");
 		if (r == -ELOOP)
-			return al_error_set(err, r, "image %s goes through a symbolic link: give its real "
-					    "path", spec->image);
+			return al_error_set(err, r,
+					    "image %s goes through a symbolic link: give its real "
+					    "path",
+					    spec->image);
 		if (r < 0)
 			return al_error_set_errno(err, r, "image %s cannot be used", spec->image);
 		struct layer *l = &plan->layers[0];
 		struct stat st;
 		if (fstatat(l->fd, "bin", &st, 0) < 0)
 			return al_error_set(err, -ENOENT,
-					    "image %s has no /bin: not a root filesystem", spec->image);
+					    "image %s has no /bin: not a root filesystem",
+					    spec->image);
 		for (size_t i = 0; i < ARRAY_SIZE(image_points); i++)
 			if (fstatat(l->fd, image_points[i], &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 			    !S_ISDIR(st.st_mode))
@@ -633,7 +645,8 @@ static int build_tree(struct maker *mk, const struct sbx_rootfs_plan *plan, stru
 		for (size_t i = 0; i < ARRAY_SIZE(skeleton); i++) {
 			r = mkdir_owned(mk, rootfd, skeleton[i].path, skeleton[i].mode, uid, uid);
 			if (r < 0)
-				return al_error_set_errno(err, r, "cannot create /%s", skeleton[i].path);
+				return al_error_set_errno(err, r, "cannot create /%s",
+							  skeleton[i].path);
 		}
 		for (size_t i = 0; i < plan->n_layers; i++) {
 			r = mkdir_owned(mk, rootfd, plan->layers[i].target, 0755, uid, uid);
@@ -698,7 +711,8 @@ static int make_tree(int src_fd, const char *what, int userns_fd, bool readonly,
 	if (fd < 0)
 		return al_error_set_errno(err, -errno, "open_tree %s", what);
 	struct mount_attr attr = {
-		.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (readonly ? MOUNT_ATTR_RDONLY : 0),
+		.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+			    (readonly ? MOUNT_ATTR_RDONLY : 0),
 	};
 	if (userns_fd >= 0) {
 		attr.attr_set |= MOUNT_ATTR_IDMAP;
@@ -707,10 +721,11 @@ static int make_tree(int src_fd, const char *what, int userns_fd, bool readonly,
 	if (sys_mount_setattr(fd, "", AT_EMPTY_PATH, &attr) < 0) {
 		int r = -errno;
 		close(fd);
-		return al_error_set_errno(err, r,
-					  "cannot make an idmapped mount of %s (needs Linux 5.19+ "
-					  "and a filesystem that supports it; see `airlock doctor`)",
-					  what);
+		return al_error_set_errno(
+			err, r,
+			"cannot make an idmapped mount of %s (needs Linux 5.19+ "
+			"and a filesystem that supports it; see `airlock doctor`)",
+			what);
 	}
 	return fd;
 }
@@ -789,25 +804,28 @@ static int mount_dev(const char *root, uint32_t uid, struct al_error *err)
 		const char *name;
 		unsigned major, minor;
 	} nodes[] = {
-		{ "null", 1, 3 },    { "zero", 1, 5 },    { "full", 1, 7 },
-		{ "random", 1, 8 },  { "urandom", 1, 9 }, { "tty", 5, 0 },
+		{ "null", 1, 3 },   { "zero", 1, 5 },	 { "full", 1, 7 },
+		{ "random", 1, 8 }, { "urandom", 1, 9 }, { "tty", 5, 0 },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
 		/* (umask 0: the mode is exact; making a device needs root's ids) */
-		if (mknodat(dfd, nodes[i].name, S_IFCHR | 0666, makedev(nodes[i].major, nodes[i].minor)) < 0 ||
+		if (mknodat(dfd, nodes[i].name, S_IFCHR | 0666,
+			    makedev(nodes[i].major, nodes[i].minor)) < 0 ||
 		    fchownat(dfd, nodes[i].name, uid, uid, 0) < 0)
-			return al_error_set_errno(err, -errno, "cannot create /dev/%s", nodes[i].name);
+			return al_error_set_errno(err, -errno, "cannot create /dev/%s",
+						  nodes[i].name);
 	}
 	static const struct {
 		const char *name, *target;
 	} links[] = {
-		{ "fd", "/proc/self/fd" },   { "stdin", "/proc/self/fd/0" },
+		{ "fd", "/proc/self/fd" },	 { "stdin", "/proc/self/fd/0" },
 		{ "stdout", "/proc/self/fd/1" }, { "stderr", "/proc/self/fd/2" },
-		{ "ptmx", "pts/ptmx" },      { "core", "/proc/kcore" },
+		{ "ptmx", "pts/ptmx" },		 { "core", "/proc/kcore" },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(links); i++)
 		if (symlinkat(links[i].target, dfd, links[i].name) < 0)
-			return al_error_set_errno(err, -errno, "cannot link /dev/%s", links[i].name);
+			return al_error_set_errno(err, -errno, "cannot link /dev/%s",
+						  links[i].name);
 	if (mkdirat(dfd, "pts", 0755) < 0 || mkdirat(dfd, "shm", 01777) < 0)
 		return al_error_set_errno(err, -errno, "cannot create /dev directories");
 	char path[SBX_PATH_MAX];
@@ -823,7 +841,8 @@ static int mount_dev(const char *root, uint32_t uid, struct al_error *err)
 		return al_error_set_errno(err, -errno, "mount /dev/shm");
 	/* Device nodes exist; nothing more may be created or reinterpreted. */
 	if (mount(NULL, dev, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, opts) < 0 &&
-	    mount(NULL, dev, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) < 0)
+	    mount(NULL, dev, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL) <
+		    0)
 		return al_error_set_errno(err, -errno, "remount /dev read-only");
 	return 0;
 }
@@ -845,23 +864,28 @@ int sbx_rootfs_mount_proc(const char *root, struct al_error *err)
 		if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0) {
 			if (errno == ENOENT)
 				continue;
-			return al_error_set_errno(err, -errno, "cannot make /proc/%s read-only", ro[i]);
+			return al_error_set_errno(err, -errno, "cannot make /proc/%s read-only",
+						  ro[i]);
 		}
-		if (mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-			return al_error_set_errno(err, -errno, "cannot make /proc/%s read-only", ro[i]);
+		if (mount(NULL, p, NULL,
+			  MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			  NULL) < 0)
+			return al_error_set_errno(err, -errno, "cannot make /proc/%s read-only",
+						  ro[i]);
 	}
 	char devnull[SBX_PATH_MAX];
 	if (fmt(devnull, sizeof(devnull), "%s/dev/null", root) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
-	static const char *const hidden_files[] = { "kcore", "keys", "timer_list", "sched_debug",
-						    "latency_stats", "kallsyms", "kpagecount",
-						    "kpageflags", "kpagecgroup" };
+	static const char *const hidden_files[] = { "kcore",	   "keys",	    "timer_list",
+						    "sched_debug", "latency_stats", "kallsyms",
+						    "kpagecount",  "kpageflags",    "kpagecgroup" };
 	for (size_t i = 0; i < ARRAY_SIZE(hidden_files); i++) {
 		char p[SBX_PATH_MAX];
 		if (fmt(p, sizeof(p), "%s/%s", proc, hidden_files[i]) < 0)
 			return al_error_set(err, -ENAMETOOLONG, "path too long");
 		if (mount(devnull, p, NULL, MS_BIND, NULL) < 0 && errno != ENOENT)
-			return al_error_set_errno(err, -errno, "cannot hide /proc/%s", hidden_files[i]);
+			return al_error_set_errno(err, -errno, "cannot hide /proc/%s",
+						  hidden_files[i]);
 	}
 	static const char *const hidden_dirs[] = { "sysvipc", "acpi", "scsi", "asound" };
 	for (size_t i = 0; i < ARRAY_SIZE(hidden_dirs); i++) {
@@ -869,8 +893,10 @@ int sbx_rootfs_mount_proc(const char *root, struct al_error *err)
 		if (fmt(p, sizeof(p), "%s/%s", proc, hidden_dirs[i]) < 0)
 			return al_error_set(err, -ENAMETOOLONG, "path too long");
 		if (mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-			  "size=0,mode=555") < 0 && errno != ENOENT)
-			return al_error_set_errno(err, -errno, "cannot hide /proc/%s", hidden_dirs[i]);
+			  "size=0,mode=555") < 0 &&
+		    errno != ENOENT)
+			return al_error_set_errno(err, -errno, "cannot hide /proc/%s",
+						  hidden_dirs[i]);
 	}
 	return 0;
 }

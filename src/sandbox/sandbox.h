@@ -52,12 +52,12 @@ struct sbx_spec {
 	const char *image;     /* NULL or "host": the host's system directories */
 	const char *workspace; /* NULL: a fresh empty directory */
 	enum sbx_network network;
-	const char *hostname;  /* NULL: "airlock" */
-	char **env;            /* K=V strings given for every command */
+	const char *hostname; /* NULL: "airlock" */
+	char **env;	      /* K=V strings given for every command */
 	size_t n_env;
 	uint64_t memory_bytes; /* 0: no limit */
-	uint64_t pids;         /* 0: no limit */
-	double cpus;           /* 0: no limit */
+	uint64_t pids;	       /* 0: no limit */
+	double cpus;	       /* 0: no limit */
 	/* With a network: PEM certificate(s) to trust (SBX_CA_FILE, appended to
 	 * SBX_TRUST_BUNDLE); NULL: none. */
 	const char *trust_pem;
@@ -71,17 +71,17 @@ struct sbx_spec {
 struct sbx_exec_opts {
 	char **env; /* extra K=V, after the spec's */
 	size_t n_env;
-	const char *cwd;        /* NULL: /workspace */
-	uint64_t timeout_ms;    /* 0: none */
-	uint64_t output_limit;  /* bytes of stdout+stderr; 0: none */
-	int stdin_fd;           /* usually 0; -1 for /dev/null */
-	int stdout_fd;          /* usually 1 */
-	int stderr_fd;          /* usually 2 */
+	const char *cwd;       /* NULL: /workspace */
+	uint64_t timeout_ms;   /* 0: none */
+	uint64_t output_limit; /* bytes of stdout+stderr; 0: none */
+	int stdin_fd;	       /* usually 0; -1 for /dev/null */
+	int stdout_fd;	       /* usually 1 */
+	int stderr_fd;	       /* usually 2 */
 };
 
 enum sbx_outcome {
-	SBX_EXITED = 0,   /* status holds the exit code */
-	SBX_SIGNALED,     /* status holds the signal */
+	SBX_EXITED = 0, /* status holds the exit code */
+	SBX_SIGNALED,	/* status holds the signal */
 	SBX_TIMED_OUT,
 	SBX_OOM_KILLED,
 	SBX_INTERRUPTED, /* we got status (the signal): the sandbox was torn down */
@@ -100,10 +100,10 @@ struct sbx_result {
 
 /* Process-wide settings, from the environment or configuration. */
 struct sbx_settings {
-	const char *state_dir;     /* default /var/lib/airlock/sandboxes */
+	const char *state_dir;	   /* default /var/lib/airlock/sandboxes */
 	const char *cgroup_parent; /* default "airlock" (below each hierarchy's root) */
-	uint32_t uid_base;         /* first host uid of the sandbox ranges */
-	uint32_t uid_slots;        /* how many 65536-wide ranges */
+	uint32_t uid_base;	   /* first host uid of the sandbox ranges */
+	uint32_t uid_slots;	   /* how many 65536-wide ranges */
 };
 
 void sbx_settings_default(struct sbx_settings *s);
@@ -138,9 +138,8 @@ struct sbx_info {
 };
 
 /* Calls fn for every sandbox in the state directory. */
-int sbx_list(const struct sbx_settings *set,
-	     int (*fn)(const struct sbx_info *info, void *userdata), void *userdata,
-	     struct al_error *err);
+int sbx_list(const struct sbx_settings *set, int (*fn)(const struct sbx_info *info, void *userdata),
+	     void *userdata, struct al_error *err);
 
 /* Removes what crashed or killed sandboxes left behind; reports the count. */
 int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_error *err);

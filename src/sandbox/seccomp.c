@@ -56,6 +56,7 @@
 DEFINE_CLEANUP_FUNC(void, seccomp_release)
 
 /* Refused outright with EPERM. */
+/* clang-format off */
 static const char *const denied[] = {
 	/* kernel keyrings: not namespaced, a classic cross-container leak */
 	"keyctl", "add_key", "request_key",
@@ -81,12 +82,15 @@ static const char *const denied[] = {
 	/* memory policy and page moves across processes */
 	"move_pages", "migrate_pages", "kcmp",
 };
+/* clang-format on */
 
 /* Refused with ENOSYS so that libc falls back to a call we can inspect. */
+/* clang-format off */
 static const char *const enosys[] = {
 	"clone3", /* flags live in a struct seccomp cannot read */
 	"openat2", /* mode lives in a struct seccomp cannot read */
 };
+/* clang-format on */
 
 const char *const *sbx_seccomp_denied(size_t *ret_n)
 {
@@ -126,8 +130,8 @@ static int resolve(const char *name)
 	return __NR_SCMP_ERROR;
 }
 
-static int add_rule_name(scmp_filter_ctx ctx, uint32_t action, const char *name,
-			 unsigned n_args, const struct scmp_arg_cmp *args)
+static int add_rule_name(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned n_args,
+			 const struct scmp_arg_cmp *args)
 {
 	int nr = resolve(name);
 	if (nr == __NR_SCMP_ERROR)
@@ -187,9 +191,9 @@ static int add_rules(scmp_filter_ctx ctx)
 		unsigned mode_arg;
 		int flags_arg; /* -1: always a creating call */
 	} mode_calls[] = {
-		{ "chmod", 1, -1 },  { "fchmod", 1, -1 },  { "fchmodat", 2, -1 },
-		{ "fchmodat2", 2, -1 }, { "mknod", 1, -1 }, { "mknodat", 2, -1 },
-		{ "creat", 1, -1 },  { "open", 2, 1 },     { "openat", 3, 2 },
+		{ "chmod", 1, -1 },	{ "fchmod", 1, -1 }, { "fchmodat", 2, -1 },
+		{ "fchmodat2", 2, -1 }, { "mknod", 1, -1 },  { "mknodat", 2, -1 },
+		{ "creat", 1, -1 },	{ "open", 2, 1 },    { "openat", 3, 2 },
 	};
 	const scmp_datum_t bits[] = { S_ISUID, S_ISGID };
 	for (size_t i = 0; i < ARRAY_SIZE(mode_calls); i++) {
@@ -201,20 +205,26 @@ static int add_rules(scmp_filter_ctx ctx)
 							.datum_a = bits[b],
 							.datum_b = bits[b] };
 			if (mode_calls[i].flags_arg < 0) {
-				r = add_rule_name(ctx, SCMP_ACT_ERRNO(EPERM), mode_calls[i].name, n, a);
+				r = add_rule_name(ctx, SCMP_ACT_ERRNO(EPERM), mode_calls[i].name, n,
+						  a);
 				if (r < 0)
 					return r;
 				continue;
 			}
 			/* open/openat create with O_CREAT, or with O_TMPFILE
 			 * (an unnamed file that linkat can name later). */
-			const scmp_datum_t creating[] = { O_CREAT, 020000000 /* the kernel's O_TMPFILE bit */ };
+			const scmp_datum_t
+				creating[] = { O_CREAT,
+					       020000000 /* the kernel's O_TMPFILE bit */ };
 			for (size_t c = 0; c < ARRAY_SIZE(creating); c++) {
-				a[1] = (struct scmp_arg_cmp){ .arg = (unsigned)mode_calls[i].flags_arg,
-							      .op = SCMP_CMP_MASKED_EQ,
-							      .datum_a = creating[c],
-							      .datum_b = creating[c] };
-				r = add_rule_name(ctx, SCMP_ACT_ERRNO(EPERM), mode_calls[i].name, 2, a);
+				a[1] = (struct scmp_arg_cmp){
+					.arg = (unsigned)mode_calls[i].flags_arg,
+					.op = SCMP_CMP_MASKED_EQ,
+					.datum_a = creating[c],
+					.datum_b = creating[c]
+				};
+				r = add_rule_name(ctx, SCMP_ACT_ERRNO(EPERM), mode_calls[i].name, 2,
+						  a);
 				if (r < 0)
 					return r;
 			}
@@ -266,6 +276,7 @@ static int add_rules(scmp_filter_ctx ctx)
 
 /* ---- running a classic BPF program on a struct seccomp_data ---- */
 
+/* clang-format off */
 uint32_t sbx_bpf_run(const struct sock_filter *insns, size_t len, const struct seccomp_data *d)
 {
 	/* As the kernel's checker would refuse it: an invalid program is
@@ -383,6 +394,7 @@ uint32_t sbx_bpf_run(const struct sock_filter *insns, size_t len, const struct s
 	}
 	return 0; /* fell off the end */
 }
+/* clang-format on */
 
 /* ---- compile once, check, load ---- */
 
@@ -418,8 +430,10 @@ static int check_program(const struct sbx_bpf *p, struct al_error *err)
 			continue;
 		for (int nr = 0; nr < 512; nr += 37)
 			if (eval(p, foreign[i], nr) != SECCOMP_RET_KILL_PROCESS)
-				return al_error_set(err, -EPROTO, "the seccomp filter does not kill "
-						    "system calls of architecture %#x", foreign[i]);
+				return al_error_set(err, -EPROTO,
+						    "the seccomp filter does not kill "
+						    "system calls of architecture %#x",
+						    foreign[i]);
 	}
 #ifdef __x86_64__
 	/* x32: the x86_64 architecture value with bit 30 set in the number. */
@@ -438,7 +452,8 @@ int sbx_seccomp_compile(struct sbx_bpf *ret, struct al_error *err)
 		return al_error_set(err, -ENOMEM, "cannot build the seccomp filter");
 	int r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
 	if (r < 0)
-		return al_error_set_errno(err, r, "cannot build the seccomp filter (does this "
+		return al_error_set_errno(err, r,
+					  "cannot build the seccomp filter (does this "
 					  "kernel have SECCOMP_RET_KILL_PROCESS?)");
 	r = add_rules(ctx);
 	if (r < 0)

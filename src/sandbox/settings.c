@@ -19,7 +19,8 @@ int sbx_settings_from_env(struct sbx_settings *s, struct al_error *err)
 	const char *v = getenv("AIRLOCK_STATE_DIR");
 	if (v && *v) {
 		if (v[0] != '/')
-			return al_error_set(err, -EINVAL, "AIRLOCK_STATE_DIR must be an absolute path");
+			return al_error_set(err, -EINVAL,
+					    "AIRLOCK_STATE_DIR must be an absolute path");
 		s->state_dir = v;
 	}
 	v = getenv("AIRLOCK_CGROUP_PARENT");
@@ -30,7 +31,8 @@ int sbx_settings_from_env(struct sbx_settings *s, struct al_error *err)
 		uint64_t base;
 		if (parse_u64(v, &base) < 0 || base < 65536 ||
 		    base + (uint64_t)s->uid_slots * SBX_RANGE > 0x7fffffffu)
-			return al_error_set(err, -EINVAL, "AIRLOCK_UID_BASE must be a uid from 65536 "
+			return al_error_set(err, -EINVAL,
+					    "AIRLOCK_UID_BASE must be a uid from 65536 "
 					    "leaving room for %u ranges of 65536 below 2^31",
 					    s->uid_slots);
 		s->uid_base = (uint32_t)base;

@@ -98,7 +98,8 @@ static void sandbox_teardown(const struct sbx_settings *set, struct sandbox *sb)
 		sbx_cgroup_close(&sb->state.cg);
 		if (sbx_cgroup_destroy(&sb->state.cg) < 0)
 			log_warning("cannot remove the cgroups of sandbox %s; `airlock sandbox gc` "
-				    "will retry", sb->id);
+				    "will retry",
+				    sb->id);
 	}
 	if (sb->dir_made && sbx_rm_rf(sb->paths.dir) < 0)
 		log_warning("cannot remove %s; `airlock sandbox gc` will retry", sb->paths.dir);
@@ -114,7 +115,8 @@ static int validate_spec(const struct sbx_settings *set, const struct sbx_spec *
 			 struct al_error *err)
 {
 	if (geteuid() != 0)
-		return al_error_set(err, -EPERM, "airlock sandbox needs root (it creates user "
+		return al_error_set(err, -EPERM,
+				    "airlock sandbox needs root (it creates user "
 				    "namespaces with private uid ranges, overlays and cgroups)");
 	if (spec->network != SBX_NETWORK_NONE && spec->network != SBX_NETWORK_RESTRICTED &&
 	    spec->network != SBX_NETWORK_OPEN)
@@ -150,7 +152,8 @@ static int validate_spec(const struct sbx_settings *set, const struct sbx_spec *
 	for (size_t i = 0; i < spec->n_env; i++) {
 		const char *eq = strchr(spec->env[i], '=');
 		if (!eq || eq == spec->env[i])
-			return al_error_set(err, -EINVAL, "--env wants K=V, got '%s'", spec->env[i]);
+			return al_error_set(err, -EINVAL, "--env wants K=V, got '%s'",
+					    spec->env[i]);
 	}
 	if (set->state_dir[0] != '/')
 		return al_error_set(err, -EINVAL, "the state directory must be absolute");
@@ -176,8 +179,10 @@ static int make_state_dir(const struct sbx_settings *set, struct al_error *err)
 		return al_error_set_errno(err, -errno, "cannot create %s", set->state_dir);
 	int r = sbx_check_private_dir(set->state_dir);
 	if (r < 0)
-		return al_error_set(err, r, "the state directory %s must be a directory owned by "
-				    "root and writable by root alone", set->state_dir);
+		return al_error_set(err, r,
+				    "the state directory %s must be a directory owned by "
+				    "root and writable by root alone",
+				    set->state_dir);
 	return 0;
 }
 
@@ -213,7 +218,8 @@ static int plan_sandbox(const struct sbx_settings *set, const struct sbx_spec *s
 	sb->state.created = (int64_t)time(NULL);
 	sb->state.ephemeral = sb->ephemeral;
 	sb->state.memory_bytes = spec->memory_bytes;
-	snprintf(sb->state.image, sizeof(sb->state.image), "%s", spec->image ? spec->image : "host");
+	snprintf(sb->state.image, sizeof(sb->state.image), "%s",
+		 spec->image ? spec->image : "host");
 	snprintf(sb->state.workspace, sizeof(sb->state.workspace), "%s",
 		 spec->workspace ? spec->workspace : "");
 
@@ -302,8 +308,8 @@ static int serve_network(const struct sbx_spec *spec, struct sbx_net_fds *l,
 }
 
 /* `run`: we are the init's parent and supervise its one command. */
-static int spawn_ephemeral(const struct sbx_spec *spec, struct sbx_command *cmd,
-			   struct sandbox *sb, struct al_error *err)
+static int spawn_ephemeral(const struct sbx_spec *spec, struct sbx_command *cmd, struct sandbox *sb,
+			   struct al_error *err)
 {
 	struct sbx_init_args ia = init_args(spec, sb, cmd);
 	const struct sbx_init_args *a = &ia;
@@ -384,8 +390,8 @@ static int spawn_persistent(const struct sbx_spec *spec, struct sandbox *sb, str
 		if (r < 0)
 			r = al_error_set(err, -EIO, "the sandbox died during setup");
 		else if (m.kind == SBX_MSG_ERROR)
-			r = al_error_set(err, m.value < 0 ? m.value : -EIO, "sandbox setup failed: %s",
-					 m.text);
+			r = al_error_set(err, m.value < 0 ? m.value : -EIO,
+					 "sandbox setup failed: %s", m.text);
 		else if (m.kind != SBX_MSG_STARTED)
 			r = al_error_set(err, -EBADMSG, "unexpected message from the keeper");
 	}
@@ -486,7 +492,8 @@ int sbx_run(const struct sbx_settings *set, const struct sbx_spec *spec, char *c
 	if (r >= 0) {
 		struct sbx_result res;
 		/* A fresh cgroup: every OOM kill in it is this command's. */
-		r = sbx_supervise(sb.status_fd, sb.init_pidfd, opts, &io, &sb.state.cg, 0, &res, err);
+		r = sbx_supervise(sb.status_fd, sb.init_pidfd, opts, &io, &sb.state.cg, 0, &res,
+				  err);
 		if (r >= 0)
 			*ret = res;
 	}

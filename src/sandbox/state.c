@@ -183,12 +183,12 @@ int sbx_state_format(const struct sbx_state *st, char *buf, size_t size)
 		if (st->cg.present[i] && !value_ok(st->cg.path[i]))
 			return -EINVAL;
 	size_t len = 0;
-#define ADD(...)                                                                                   \
-	do {                                                                                       \
-		int _n = snprintf(buf + len, size - len, __VA_ARGS__);                             \
-		if (_n < 0 || (size_t)_n >= size - len)                                            \
-			return -ENOBUFS;                                                           \
-		len += (size_t)_n;                                                                 \
+#define ADD(...)                                                       \
+	do {                                                           \
+		int _n = snprintf(buf + len, size - len, __VA_ARGS__); \
+		if (_n < 0 || (size_t)_n >= size - len)                \
+			return -ENOBUFS;                               \
+		len += (size_t)_n;                                     \
 	} while (0)
 	ADD("id=%s\n", st->id);
 	ADD("pid=%d\n", (int)st->init_pid);
@@ -268,8 +268,9 @@ int sbx_state_read(const struct sbx_settings *set, const char *id, struct sbx_st
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot read state of sandbox %s", id);
 	if (sbx_state_parse(set, id, text, len, ret) < 0)
-		return al_error_set(err, -EBADMSG,
-				    "state file of sandbox %s is damaged (run `airlock sandbox gc`)", id);
+		return al_error_set(
+			err, -EBADMSG,
+			"state file of sandbox %s is damaged (run `airlock sandbox gc`)", id);
 	return 0;
 }
 
@@ -522,7 +523,8 @@ static int rm_children(int topfd, int dfd, unsigned depth, unsigned *moved)
 		int sub = openat(dfd, de->d_name,
 				 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
 		if (sub < 0 && errno == EPERM)
-			sub = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			sub = openat(dfd, de->d_name,
+				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (sub < 0) {
 			if (errno != ENOENT && ret == 0)
 				ret = -errno;

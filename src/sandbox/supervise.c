@@ -81,7 +81,8 @@ void sbx_net_fds_close(struct sbx_net_fds *l)
 
 int sbx_msg_send_listeners(int fd, const struct sbx_net_fds *l)
 {
-	struct sbx_msg m = { .magic = SBX_MSG_MAGIC, .kind = SBX_MSG_LISTENERS,
+	struct sbx_msg m = { .magic = SBX_MSG_MAGIC,
+			     .kind = SBX_MSG_LISTENERS,
 			     .value = SBX_NET_FDS };
 	int fds[SBX_NET_FDS] = { l->proxy, l->http, l->https, l->dns };
 	union {
@@ -90,7 +91,9 @@ int sbx_msg_send_listeners(int fd, const struct sbx_net_fds *l)
 	} u;
 	memset(&u, 0, sizeof(u));
 	struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = u.buf,
 			     .msg_controllen = sizeof(u.buf) };
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 	cm->cmsg_level = SOL_SOCKET;
@@ -124,7 +127,9 @@ int sbx_msg_recv_listeners(int fd, struct sbx_msg *ret, struct sbx_net_fds *ret_
 	} u;
 	memset(&u, 0, sizeof(u));
 	struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = u.buf,
 			     .msg_controllen = sizeof(u.buf) };
 	ssize_t n;
 	while ((n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
@@ -191,8 +196,8 @@ static uint64_t now_ms(void)
 }
 
 struct out_stream {
-	int from;   /* read end of the sandbox's pipe, -1 when done */
-	int to;     /* our stdout or stderr */
+	int from; /* read end of the sandbox's pipe, -1 when done */
+	int to;	  /* our stdout or stderr */
 	char buf[PUMP_CHUNK];
 	size_t len; /* bytes waiting to be written */
 };
@@ -250,7 +255,8 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 					   opts->output_limit);
 			outs[1].len = len > 0 ? (size_t)len : 0;
 		}
-		bool outputs_open = outs[0].from >= 0 || outs[1].from >= 0 || outs[0].len || outs[1].len;
+		bool outputs_open = outs[0].from >= 0 || outs[1].from >= 0 || outs[0].len ||
+				    outs[1].len;
 		if (have_status && !outputs_open)
 			break;
 		if (status < 0 && !outputs_open)
@@ -341,9 +347,9 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 				size_t keep = (size_t)got;
 				if (opts->output_limit && res.output_bytes > opts->output_limit) {
 					res.output_truncated = true;
-					keep = before >= opts->output_limit
-						       ? 0
-						       : (size_t)(opts->output_limit - before);
+					keep = before >= opts->output_limit ?
+						       0 :
+						       (size_t)(opts->output_limit - before);
 				}
 				o->len = keep;
 			}
@@ -391,7 +397,8 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 				/* A status after the deadline is the kill's, not the
 				 * command's own: the outcome stays "timed out". */
 				if (!timed_out && !interrupted) {
-					res.outcome = m.kind == SBX_MSG_EXITED ? SBX_EXITED : SBX_SIGNALED;
+					res.outcome = m.kind == SBX_MSG_EXITED ? SBX_EXITED :
+										 SBX_SIGNALED;
 					res.status = m.value;
 					have_status = true;
 				}

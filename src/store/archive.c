@@ -79,9 +79,9 @@ static int write_out(struct exporter *x, const void *data, size_t len, struct al
 	while (len > 0) {
 		la_ssize_t w = archive_write_data(x->a, data, len);
 		if (w <= 0 || (size_t)w > len)
-			return al_error_set(err, -EIO, "cannot write the archive: %s",
-					    archive_error_string(x->a) ? archive_error_string(x->a) :
-									 "?");
+			return al_error_set(
+				err, -EIO, "cannot write the archive: %s",
+				archive_error_string(x->a) ? archive_error_string(x->a) : "?");
 		data = (const char *)data + w;
 		len -= (size_t)w;
 	}
@@ -91,8 +91,8 @@ static int write_out(struct exporter *x, const void *data, size_t len, struct al
 static int write_hole(struct exporter *x, uint64_t len, struct al_error *err)
 {
 	if (!x->zeros) {
-		void *z = mmap(NULL, ZEROS_LEN, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-			       -1, 0);
+		void *z = mmap(NULL, ZEROS_LEN, PROT_READ,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 		if (z == MAP_FAILED)
 			return al_error_set_errno(err, -errno, "cannot export a hole");
 		x->zeros = z;
@@ -123,7 +123,8 @@ static int sparse_map(struct exporter *x, const struct st_entry *e, struct archi
 	for (size_t i = 0; i <= e->n_chunks; i++) {
 		if (h < e->n_holes && e->holes[h].at == i) {
 			if (run)
-				archive_entry_sparse_add_entry(ae, (la_int64_t)run_at, (la_int64_t)run);
+				archive_entry_sparse_add_entry(ae, (la_int64_t)run_at,
+							       (la_int64_t)run);
 			run = 0;
 			if (e->holes[h].len > e->size - pos)
 				break;
@@ -552,8 +553,8 @@ static int make_parents(struct import *im, const char *path, int64_t mtime_ns, s
 
 /* Cuts what im->buf holds into chunks and stores them: all of it when
  * final (the end of a run of data), else what a cut can be made in. */
-static int import_cuts(struct import *im, size_t *have, bool final, struct st_entry *e,
-		       size_t *cap, struct al_error *err)
+static int import_cuts(struct import *im, size_t *have, bool final, struct st_entry *e, size_t *cap,
+		       struct al_error *err)
 {
 	size_t off = 0;
 	while (off < *have) {
@@ -599,18 +600,20 @@ static int read_data(struct import *im, struct archive_entry *ae, const char *ra
 		if (r == ARCHIVE_EOF)
 			break;
 		if (r != ARCHIVE_OK)
-			return al_error_set(err, -EBADMSG, "%s: truncated or damaged data: %s",
-					    quote(raw, q),
-					    archive_error_string(im->a) ? archive_error_string(im->a)
-									: "?");
+			return al_error_set(
+				err, -EBADMSG, "%s: truncated or damaged data: %s", quote(raw, q),
+				archive_error_string(im->a) ? archive_error_string(im->a) : "?");
 		if (offset < 0 || (uint64_t)offset < pos)
-			return al_error_set(err, -EBADMSG, "%s: data out of order (a damaged sparse "
-					    "map)", quote(raw, q));
+			return al_error_set(err, -EBADMSG,
+					    "%s: data out of order (a damaged sparse "
+					    "map)",
+					    quote(raw, q));
 		if ((uint64_t)offset > declared || len > declared - (uint64_t)offset)
 			return al_error_set(err, -EBADMSG, "%s: more data than its size",
 					    quote(raw, q));
 		if (im->max_bytes && im->rep.bytes + (uint64_t)offset + len > im->max_bytes)
-			return al_error_set(err, -E2BIG, "%s: more than %" PRIu64 " bytes (--max-bytes)",
+			return al_error_set(err, -E2BIG,
+					    "%s: more than %" PRIu64 " bytes (--max-bytes)",
 					    quote(raw, q), im->max_bytes);
 		if ((uint64_t)offset > pos) {
 			int rc = import_cuts(im, &have, true, e, &cap, err);

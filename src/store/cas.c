@@ -394,8 +394,8 @@ int st_cas_open(struct st_objstore *os, const char *tenant, int level, struct st
 	return cas_open(os, tenant, level, true, ret, err);
 }
 
-int st_cas_open_empty(struct st_objstore *os, const char *tenant, int level,
-		      struct st_cas **ret, struct al_error *err)
+int st_cas_open_empty(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
+		      struct al_error *err)
 {
 	return cas_open(os, tenant, level, false, ret, err);
 }
@@ -726,8 +726,8 @@ static int append_locked(struct st_cas_writer *w, const struct st_id *id, size_t
 	return 0;
 }
 
-int st_cas_put_shared(struct st_cas_writer *w, const void *data, size_t len,
-		      struct st_id *ret_id, bool *ret_new, struct al_error *err)
+int st_cas_put_shared(struct st_cas_writer *w, const void *data, size_t len, struct st_id *ret_id,
+		      bool *ret_new, struct al_error *err)
 {
 	struct st_cas *c = w->c;
 	struct st_id id;
@@ -919,8 +919,8 @@ void st_cas_reader_free(struct st_cas_reader *rd)
 	free(rd);
 }
 
-int st_cas_read(struct st_cas_reader *rd, const struct st_id *id, const void **ret,
-		size_t *ret_len, struct al_error *err)
+int st_cas_read(struct st_cas_reader *rd, const struct st_id *id, const void **ret, size_t *ret_len,
+		struct al_error *err)
 {
 	void *p = NULL;
 	int r = cas_get(rd->c, rd->dctx, rd, id, &p, ret_len, err);

@@ -26,7 +26,7 @@
 #define ST_ID_LEN 32
 #define ST_ID_HEX (2 * ST_ID_LEN)
 #define ST_PACK_TARGET (32u << 20) /* a pack is sealed once this large */
-#define ST_CHUNK_MAX (1u << 20)    /* no chunk is larger (see chunker.h) */
+#define ST_CHUNK_MAX (1u << 20)	   /* no chunk is larger (see chunker.h) */
 
 struct st_id {
 	uint8_t b[ST_ID_LEN];
@@ -45,8 +45,8 @@ int st_cas_open(struct st_objstore *os, const char *tenant, int level, struct st
 void st_cas_close(struct st_cas *c); /* does not seal: call st_cas_flush first */
 /* A chunk store that knows none of the tenant's packs: every chunk put is
  * stored again, in new packs (GC rewrites partly used packs with it). */
-int st_cas_open_empty(struct st_objstore *os, const char *tenant, int level,
-		      struct st_cas **ret, struct al_error *err);
+int st_cas_open_empty(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
+		      struct al_error *err);
 /* The sealed pack a chunk is read from (the first indexed, should two
  * hold it: a crash while GC rewrote a pack), or NULL. */
 const char *st_cas_owner(const struct st_cas *c, const struct st_id *id);
@@ -62,8 +62,8 @@ void st_cas_set_pack_target(struct st_cas *c, size_t bytes);
 bool st_cas_has(const struct st_cas *c, const struct st_id *id);
 /* Hashes data (len <= ST_CHUNK_MAX); stores it unless present. *ret_new
  * (may be NULL) tells whether it was new. */
-int st_cas_put(struct st_cas *c, const void *data, size_t len, struct st_id *ret_id,
-	       bool *ret_new, struct al_error *err);
+int st_cas_put(struct st_cas *c, const void *data, size_t len, struct st_id *ret_id, bool *ret_new,
+	       struct al_error *err);
 /* Stores data whose id the caller computed already (st_sha256). */
 int st_cas_put_id(struct st_cas *c, const struct st_id *id, const void *data, size_t len,
 		  bool *ret_new, struct al_error *err);
@@ -76,8 +76,8 @@ int st_cas_put_id(struct st_cas *c, const struct st_id *id, const void *data, si
 struct st_cas_reader;
 int st_cas_reader_new(struct st_cas *c, struct st_cas_reader **ret, struct al_error *err);
 void st_cas_reader_free(struct st_cas_reader *rd); /* accepts NULL */
-int st_cas_read(struct st_cas_reader *rd, const struct st_id *id, const void **ret,
-		size_t *ret_len, struct al_error *err);
+int st_cas_read(struct st_cas_reader *rd, const struct st_id *id, const void **ret, size_t *ret_len,
+		struct al_error *err);
 
 /* Seals the open pack (if any chunk is in it): pack object, then index. */
 int st_cas_flush(struct st_cas *c, struct al_error *err);
@@ -105,13 +105,14 @@ int st_cas_get(struct st_cas *c, const struct st_id *id, void **ret, size_t *ret
 struct st_cas_writer;
 int st_cas_writer_new(struct st_cas *c, struct st_cas_writer **ret, struct al_error *err);
 void st_cas_writer_free(struct st_cas_writer *w); /* accepts NULL */
-int st_cas_put_shared(struct st_cas_writer *w, const void *data, size_t len,
-		      struct st_id *ret_id, bool *ret_new, struct al_error *err);
+int st_cas_put_shared(struct st_cas_writer *w, const void *data, size_t len, struct st_id *ret_id,
+		      bool *ret_new, struct al_error *err);
 bool st_cas_has_shared(struct st_cas *c, const struct st_id *id);
 
 /* For GC: calls fn for every pack id with its chunk ids. */
 int st_cas_each_pack(struct st_cas *c,
-		     int (*fn)(const char *pack_hex, const struct st_id *chunks, size_t n, void *ud),
+		     int (*fn)(const char *pack_hex, const struct st_id *chunks, size_t n,
+			       void *ud),
 		     void *ud, struct al_error *err);
 
 struct st_cas_stats {

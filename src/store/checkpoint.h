@@ -24,9 +24,9 @@ struct st_repo;
 struct st_repo_opts {
 	const char *store_dir; /* the directory backend's root */
 	const char *tenant;
-	const uint8_t *key;    /* HMAC key, >= ST_HMAC_KEY_MIN bytes */
+	const uint8_t *key; /* HMAC key, >= ST_HMAC_KEY_MIN bytes */
 	size_t keylen;
-	int level;             /* zstd level; 0: 1 (fast; the store is a little larger than at 3) */
+	int level; /* zstd level; 0: 1 (fast; the store is a little larger than at 3) */
 	/* For the crash tests: a snapshot or commit dies (_exit(99)) at its
 	 * fault_step-th write step (docs/checkpoints.md); 0: never. */
 	int fault_step;
@@ -76,15 +76,15 @@ struct st_snapshot_opts {
 struct st_snapshot_result {
 	char id[ST_ID_HEX + 1];
 	uint64_t files, dirs, symlinks, skipped;
-	uint64_t bytes;        /* sum of file sizes */
-	uint64_t files_read;   /* files whose bytes were read */
-	uint64_t files_reused; /* files taken from the previous checkpoint unread */
+	uint64_t bytes;			/* sum of file sizes */
+	uint64_t files_read;		/* files whose bytes were read */
+	uint64_t files_reused;		/* files taken from the previous checkpoint unread */
 	uint64_t chunks_new, bytes_new; /* stored by this snapshot (compressed) */
 };
 
 /* Snapshots opts->workspace as the next checkpoint of opts->session. */
-int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
-		struct st_snapshot_result *ret, struct al_error *err);
+int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_snapshot_result *ret,
+		struct al_error *err);
 
 /*
  * Stores entries (paths and fields as in a manifest; chunks already in the

@@ -29,7 +29,8 @@ int st_commit_entries(struct st_repo *r, struct st_fault *f, const char *session
 {
 	if (n)
 		qsort(entries, n, sizeof(*entries), st_entry_cmp);
-	struct st_manifest m = { .created = (int64_t)now.tv_sec, .entries = entries,
+	struct st_manifest m = { .created = (int64_t)now.tv_sec,
+				 .entries = entries,
 				 .n_entries = n };
 	if (lh && lh->base) {
 		snprintf(m.base, sizeof(m.base), "%s", lh->base);

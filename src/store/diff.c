@@ -60,7 +60,9 @@ static int diff_text(struct st_repo *r, const struct st_entry *a, const struct s
 {
 	if (a->size > ST_DIFF_MAX_INPUT || b->size > ST_DIFF_MAX_INPUT)
 		return buf_appendf(out, "Files a/%s and b/%s differ (too large to diff)\n", a->path,
-				   b->path) < 0 ? -ENOMEM : 0;
+				   b->path) < 0 ?
+			       -ENOMEM :
+			       0;
 	struct buf ba = BUF_INIT(ST_DIFF_MAX_INPUT), bb = BUF_INIT(ST_DIFF_MAX_INPUT);
 	int rc = load_file(r, a, &ba, err);
 	if (rc == 0)
@@ -98,13 +100,15 @@ int st_diff(struct st_repo *r, const char *a, const char *b, bool with_text, str
 			rc = buf_appendf(out, "A %s\n", eb->path) < 0 ? -ENOMEM : 0;
 			j++;
 		} else {
-			bool changed = ea->type != eb->type || ea->mode != eb->mode ||
-				       (ea->type == ST_FILE && (ea->size != eb->size || !same_chunks(ea, eb))) ||
-				       (ea->type == ST_SYMLINK && strcmp(ea->target, eb->target) != 0);
+			bool changed =
+				ea->type != eb->type || ea->mode != eb->mode ||
+				(ea->type == ST_FILE &&
+				 (ea->size != eb->size || !same_chunks(ea, eb))) ||
+				(ea->type == ST_SYMLINK && strcmp(ea->target, eb->target) != 0);
 			if (changed) {
 				rc = buf_appendf(out, "M %s\n", eb->path) < 0 ? -ENOMEM : 0;
-				if (rc == 0 && with_text && ea->type == ST_FILE && eb->type == ST_FILE &&
-				    !same_chunks(ea, eb))
+				if (rc == 0 && with_text && ea->type == ST_FILE &&
+				    eb->type == ST_FILE && !same_chunks(ea, eb))
 					rc = diff_text(r, ea, eb, out, err);
 			}
 			i++;

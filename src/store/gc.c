@@ -76,7 +76,7 @@ struct gc {
 	char (*dead)[ST_ID_HEX + 1]; /* unreferenced packs */
 	size_t n_dead, cap_dead;
 	const struct st_gc_opts *o;
-	struct st_cas *fresh; /* the chunk index read under the lock */
+	struct st_cas *fresh;  /* the chunk index read under the lock */
 	struct repack *repack; /* partly used packs to rewrite */
 	size_t n_repack, cap_repack;
 	char (*indexed)[ST_ID_HEX + 1]; /* every pack with an index */
@@ -364,7 +364,6 @@ static int on_manifest_key(const char *key, void *ud)
 	return 0;
 }
 
-
 /* The ids a manifest needs kept with it: the base of a delta, and the lower
  * layer of a layered snapshot (a live workspace may still be over it). */
 struct rescue {
@@ -599,7 +598,8 @@ static int repack_packs(struct gc *g, bool dry_run)
 			size_t len = 0;
 			rc = st_cas_get(g->fresh, &g->repack[i].live[k], &data, &len, g->err);
 			if (rc == 0)
-				rc = st_cas_put_id(w, &g->repack[i].live[k], data, len, NULL, g->err);
+				rc = st_cas_put_id(w, &g->repack[i].live[k], data, len, NULL,
+						   g->err);
 			free(data);
 		}
 	if (rc == 0 && w)
@@ -681,8 +681,9 @@ static int sweep(struct gc *g, bool dry_run)
 int st_gc(struct st_repo *r, const struct st_gc_opts *o, struct st_gc_result *ret,
 	  struct al_error *err)
 {
-	struct gc g = { .r = r, .os = st_repo_objstore(r), .tenant = st_repo_tenant(r), .err = err,
-			.o = o };
+	struct gc g = {
+		.r = r, .os = st_repo_objstore(r), .tenant = st_repo_tenant(r), .err = err, .o = o
+	};
 	_cleanup_close_ int lock = -1;
 	int rc = st_objstore_lock(g.os, true, &lock, err);
 	if (rc == 0)

@@ -70,9 +70,8 @@ int st_repo_key(char *out, size_t size, const struct st_repo *r, const char *fmt
 
 /* Loads and checks a manifest as it is stored: a delta's entries are its
  * changes (st_manifest_load applies them). */
-int st_manifest_load_raw(struct st_repo *r, const char *id,
-			 const struct st_manifest_limits *limits, struct st_manifest **ret,
-			 struct al_error *err);
+int st_manifest_load_raw(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,
+			 struct st_manifest **ret, struct al_error *err);
 
 /* Binary search of an array sorted by st_path_cmp on a char * member. */
 const void *st_find_path(const void *base, size_t n, size_t size, size_t path_off,
@@ -135,8 +134,8 @@ int st_commit_entries(struct st_repo *r, struct st_fault *f, const char *session
 
 /* The kind of an upper-layer entry: whiteout (1), plain (0), or an
  * overlayfs feature a snapshot cannot read (-errno with err set). */
-int st_layer_kind(bool user, int dirfd, const char *name, const char *path,
-		  const struct stat *st, struct al_error *err);
+int st_layer_kind(bool user, int dirfd, const char *name, const char *path, const struct stat *st,
+		  struct al_error *err);
 /* Whether an upper-layer directory hides what the lower one has (1), not
  * (0), or uses a feature a snapshot cannot read (-errno with err set). */
 int st_layer_opaque(bool user, int fd, const char *path, struct al_error *err);
@@ -158,8 +157,7 @@ int st_layer_compose(struct st_entry *lops, size_t nl, struct st_entry *up, size
  * tree's bytes are counted (the base is read) and held to it whatever is
  * stored. *entries and *n may be replaced.
  */
-int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session,
-		    const char *parent, const struct st_layer_head *lh,
-		    const struct st_manifest_limits *limits, struct st_entry **entries, size_t *n,
-		    struct timespec now, const struct buf *cache, char out_id[ST_ID_HEX + 1],
-		    struct al_error *err);
+int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session, const char *parent,
+		    const struct st_layer_head *lh, const struct st_manifest_limits *limits,
+		    struct st_entry **entries, size_t *n, struct timespec now,
+		    const struct buf *cache, char out_id[ST_ID_HEX + 1], struct al_error *err);

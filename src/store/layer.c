@@ -29,8 +29,8 @@ static ssize_t ovl_xattr(bool user, int fd, const char *name, const char *attr, 
 			 size_t size)
 {
 	char proc[64 + NAME_MAX], key[64];
-	if (name && (size_t)snprintf(proc, sizeof(proc), "/proc/self/fd/%d/%s", fd, name) >=
-			    sizeof(proc))
+	if (name &&
+	    (size_t)snprintf(proc, sizeof(proc), "/proc/self/fd/%d/%s", fd, name) >= sizeof(proc))
 		return -ENAMETOOLONG;
 	/* Only the namespace the mount uses: on a mount without userxattr,
 	 * "user.overlay.*" is an ordinary attribute the workspace may set. */
@@ -47,8 +47,8 @@ static ssize_t ovl_xattr(bool user, int fd, const char *name, const char *attr, 
 	return 0;
 }
 
-int st_layer_kind(bool user, int dirfd, const char *name, const char *path,
-		  const struct stat *st, struct al_error *err)
+int st_layer_kind(bool user, int dirfd, const char *name, const char *path, const struct stat *st,
+		  struct al_error *err)
 {
 	char v[256];
 	if (S_ISCHR(st->st_mode) && st->st_rdev == 0)
@@ -57,9 +57,11 @@ int st_layer_kind(bool user, int dirfd, const char *name, const char *path,
 		return 0;
 	ssize_t n = ovl_xattr(user, dirfd, name, "metacopy", v, sizeof(v));
 	if (n > 0)
-		return al_error_set(err, -EOPNOTSUPP,
-				    "%s: a metadata-only copy in the upper layer (mount the overlay "
-				    "with metacopy=off)", path);
+		return al_error_set(
+			err, -EOPNOTSUPP,
+			"%s: a metadata-only copy in the upper layer (mount the overlay "
+			"with metacopy=off)",
+			path);
 	if (n == 0)
 		n = ovl_xattr(user, dirfd, name, "whiteout", v, sizeof(v));
 	if (n < 0)
@@ -74,7 +76,8 @@ int st_layer_opaque(bool user, int fd, const char *path, struct al_error *err)
 	if (n > 0)
 		return al_error_set(err, -EOPNOTSUPP,
 				    "%s: a renamed directory in the upper layer (mount the overlay "
-				    "with redirect_dir=off)", path);
+				    "with redirect_dir=off)",
+				    path);
 	if (n == 0)
 		n = ovl_xattr(user, fd, NULL, "opaque", v, sizeof(v));
 	if (n < 0)
@@ -114,15 +117,14 @@ static int tree_bytes(const struct st_manifest *b, const struct st_entry *d, siz
 	return 0;
 }
 
-int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session,
-		    const char *parent, const struct st_layer_head *lh,
-		    const struct st_manifest_limits *limits, struct st_entry **entries, size_t *n,
-		    struct timespec now, const struct buf *cache, char out_id[ST_ID_HEX + 1],
-		    struct al_error *err)
+int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session, const char *parent,
+		    const struct st_layer_head *lh, const struct st_manifest_limits *limits,
+		    struct st_entry **entries, size_t *n, struct timespec now,
+		    const struct buf *cache, char out_id[ST_ID_HEX + 1], struct al_error *err)
 {
 	uint64_t base_n = lh->base_entries;
-	size_t max_entries = limits && limits->max_entries ? limits->max_entries
-							   : ST_MANIFEST_MAX_ENTRIES_DEFAULT;
+	size_t max_entries = limits && limits->max_entries ? limits->max_entries :
+							     ST_MANIFEST_MAX_ENTRIES_DEFAULT;
 	bool big = *n > FLATTEN_MIN && *n > base_n / 4;
 	struct st_manifest *b = NULL;
 	int rc;
@@ -132,11 +134,12 @@ int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session,
 		if (rc == 0 && tree_bytes(b, *entries, *n, &bytes) < 0)
 			rc = al_error_set(err, -ENOMEM, "out of memory");
 		if (rc == 0 && bytes > limits->max_bytes)
-			rc = al_error_set(err, -EFBIG,
-					  "the layered workspace's files add up to %" PRIu64
-					  " bytes (holes count), more than the byte limit of %" PRIu64
-					  " (--max-bytes); nothing was committed", bytes,
-					  limits->max_bytes);
+			rc = al_error_set(
+				err, -EFBIG,
+				"the layered workspace's files add up to %" PRIu64
+				" bytes (holes count), more than the byte limit of %" PRIu64
+				" (--max-bytes); nothing was committed",
+				bytes, limits->max_bytes);
 		if (rc < 0) {
 			st_manifest_free(b);
 			return rc;

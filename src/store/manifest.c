@@ -207,8 +207,7 @@ static const struct st_entry *parent_of(const struct st_entry *entries, size_t i
 
 /* The rules of an entry's type and fields; files add their size to st
  * (checked against its byte limit when count_bytes). */
-static const char *check_fields(const struct st_entry *e, struct check_state *st,
-				bool count_bytes)
+static const char *check_fields(const struct st_entry *e, struct check_state *st, bool count_bytes)
 {
 	switch (e->type) {
 	case ST_DIR:
@@ -234,7 +233,8 @@ static const char *check_fields(const struct st_entry *e, struct check_state *st
 		}
 		uint64_t data = e->size - holes;
 		if (data == 0 && e->n_chunks != 0)
-			return e->n_holes ? "chunks in a file that is all hole" : "an empty file with chunks";
+			return e->n_holes ? "chunks in a file that is all hole" :
+					    "an empty file with chunks";
 		if (data != 0 && e->n_chunks == 0)
 			return "a non-empty file without chunks";
 		if (data != 0) {
@@ -309,9 +309,9 @@ static const char *check_delta_entry(const struct st_entry *entries, size_t i,
 	bool top;
 	const struct st_entry *parent = parent_of(entries, i, &top);
 	if (parent && parent->type != ST_DIR && parent->type != ST_OPAQUE)
-		return parent->type == ST_SYMLINK ? "below a symlink" :
+		return parent->type == ST_SYMLINK  ? "below a symlink" :
 		       parent->type == ST_WHITEOUT ? "below a removed path" :
-						      "below a file";
+						     "below a file";
 	if (entries[i].type == ST_WHITEOUT)
 		return NULL;
 	return check_fields(&entries[i], st, false);
@@ -511,7 +511,6 @@ void st_manifest_free(struct st_manifest *m)
 
 DEFINE_CLEANUP_FUNC(struct st_manifest, st_manifest_free)
 
-
 static void entry_free(struct st_entry *e)
 {
 	free(e->path);
@@ -532,8 +531,8 @@ int st_manifest_apply(struct st_manifest *base, struct st_manifest *delta,
 	if (b->n_entries != d->base_entries)
 		return al_error_set(err, -EBADMSG,
 				    "manifest: the delta was made over a base of %" PRIu64
-				    " entries, its base %s has %zu", d->base_entries, d->base,
-				    b->n_entries);
+				    " entries, its base %s has %zu",
+				    d->base_entries, d->base, b->n_entries);
 
 	/* The paths of d that replace or remove what the base has below them
 	 * (borrowed: moved into out or freed with d, after cuts is gone). */
@@ -584,14 +583,15 @@ int st_manifest_apply(struct st_manifest *base, struct st_manifest *delta,
 	int rc = 0;
 	char q[SNIP_BUF];
 	if (n > max_entries)
-		rc = al_error_set(err, -EBADMSG, "manifest: %zu entries, more than the limit %zu", n,
-				  max_entries);
+		rc = al_error_set(err, -EBADMSG, "manifest: %zu entries, more than the limit %zu",
+				  n, max_entries);
 	for (size_t k = 0; rc == 0 && k < n; k++) {
 		const char *why = check_entry(out, k, &st);
 		if (why)
-			rc = al_error_set(err, -EBADMSG,
-					  "manifest: the delta does not apply to its base %s: \"%s\": %s",
-					  d->base, snip(out[k].path, strlen(out[k].path), q), why);
+			rc = al_error_set(
+				err, -EBADMSG,
+				"manifest: the delta does not apply to its base %s: \"%s\": %s",
+				d->base, snip(out[k].path, strlen(out[k].path), q), why);
 	}
 	if (rc < 0) {
 		for (size_t k = 0; k < n; k++)
@@ -650,7 +650,8 @@ static int put_entry(struct buf *b, const struct st_entry *e)
 		/* Pieces in file order: a hole at k comes before chunk k. */
 		for (size_t k = 0, h = 0, first = 1; r >= 0 && k <= e->n_chunks; k++) {
 			if (h < e->n_holes && e->holes[h].at == k) {
-				r = buf_appendf(b, "%ch%" PRIu64, first ? ' ' : ',', e->holes[h].len);
+				r = buf_appendf(b, "%ch%" PRIu64, first ? ' ' : ',',
+						e->holes[h].len);
 				h++;
 				first = 0;
 			}
@@ -738,8 +739,7 @@ int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t ke
 	if (r >= 0 && m->lower[0])
 		r = buf_appendf(&b, "lower %s\n", m->lower);
 	if (r >= 0)
-		r = buf_appendf(&b, "created %" PRId64 "\nentries %zu\n", m->created,
-				m->n_entries);
+		r = buf_appendf(&b, "created %" PRId64 "\nentries %zu\n", m->created, m->n_entries);
 	for (size_t i = 0; r >= 0 && i < m->n_entries; i++)
 		r = put_entry(&b, &m->entries[i]);
 	char mac[ST_ID_HEX + 1];
@@ -921,8 +921,7 @@ static size_t split_fields(const char *p, size_t n, const char **f, size_t *fl, 
 }
 
 /* Fills e from an entry line; NULL on success, else why not. */
-static const char *parse_entry(const char *p, size_t n, bool delta, bool holes,
-			       struct st_entry *e)
+static const char *parse_entry(const char *p, size_t n, bool delta, bool holes, struct st_entry *e)
 {
 	const char *f[7];
 	size_t fl[7];
@@ -1012,7 +1011,6 @@ static int bad_line(struct al_error *err, size_t line, const char *what, const c
 			    snip(p, n, q));
 }
 
-
 int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t keylen,
 		      const char *tenant, const struct st_manifest_limits *limits,
 		      struct st_manifest **ret, struct al_error *err)
@@ -1086,15 +1084,19 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 		if (!(v = header_value(&lr, "base", &vn)) || vn < ST_ID_HEX + 2 ||
 		    !enc_is_lower_hex(v, ST_ID_HEX) || v[ST_ID_HEX] != ' ' ||
 		    !parse_u64(v + ST_ID_HEX + 1, vn - ST_ID_HEX - 1, &m->base_entries))
-			return al_error_set(err, -EBADMSG, "manifest line %zu: expected "
-					    "\"base <checkpoint id> <entries>\"", hl);
+			return al_error_set(err, -EBADMSG,
+					    "manifest line %zu: expected "
+					    "\"base <checkpoint id> <entries>\"",
+					    hl);
 		memcpy(m->base, v, ST_ID_HEX);
 		hl++;
 	}
 	if ((size_t)(lr.end - lr.p) > 6 && memcmp(lr.p, "lower ", 6) == 0) {
-		if (!(v = header_value(&lr, "lower", &vn)) || vn != ST_ID_HEX || !enc_is_lower_hex(v, vn))
+		if (!(v = header_value(&lr, "lower", &vn)) || vn != ST_ID_HEX ||
+		    !enc_is_lower_hex(v, vn))
 			return al_error_set(err, -EBADMSG,
-					    "manifest line %zu: expected \"lower <checkpoint id>\"", hl);
+					    "manifest line %zu: expected \"lower <checkpoint id>\"",
+					    hl);
 		memcpy(m->lower, v, vn);
 		hl++;
 	}
@@ -1110,7 +1112,8 @@ int st_manifest_parse(const char *text, size_t len, const uint8_t *key, size_t k
 				    "manifest line %zu: expected \"entries <count>\"", hl);
 	if (count > max_entries)
 		return al_error_set(err, -EBADMSG,
-				    "manifest line %zu: %" PRIu64 " entries, more than the limit %zu",
+				    "manifest line %zu: %" PRIu64
+				    " entries, more than the limit %zu",
 				    hl, count, max_entries);
 	size_t lines = 0;
 	for (const char *s = lr.p; (s = memchr(s, '\n', (size_t)(lr.end - s))); s++)

@@ -64,7 +64,7 @@
 #include "store/cas.h"
 
 #define ST_SESSION_MAX 64
-#define ST_PATH_MAX 4096       /* one path, decoded */
+#define ST_PATH_MAX 4096 /* one path, decoded */
 #define ST_MANIFEST_MAX_ENTRIES_DEFAULT 1000000
 #define ST_MANIFEST_MAX_DEPTH_DEFAULT 256
 #define ST_HMAC_KEY_MIN 32
@@ -86,11 +86,11 @@ struct st_hole {
 
 struct st_entry {
 	enum st_entry_type type;
-	char *path;         /* decoded, NUL-terminated */
-	char *target;       /* symlinks: decoded target */
-	uint32_t mode;      /* permission bits */
+	char *path;    /* decoded, NUL-terminated */
+	char *target;  /* symlinks: decoded target */
+	uint32_t mode; /* permission bits */
 	int64_t mtime_ns;
-	uint64_t size;      /* files */
+	uint64_t size; /* files */
 	struct st_id *chunks;
 	size_t n_chunks;
 	struct st_hole *holes; /* files: sorted by at, no two at the same place */
@@ -131,8 +131,8 @@ struct st_manifest_limits {
  * symlink has mode 0777. *ret is malloc'd text. key: the HMAC key
  * (>= ST_HMAC_KEY_MIN bytes).
  */
-int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t keylen,
-		      char **ret, size_t *ret_len, struct al_error *err);
+int st_manifest_write(const struct st_manifest *m, const uint8_t *key, size_t keylen, char **ret,
+		      size_t *ret_len, struct al_error *err);
 
 /*
  * Parses and checks a manifest: the HMAC first (-EBADMSG "not authentic"

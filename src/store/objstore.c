@@ -550,7 +550,8 @@ int st_objstore_open_dir(const char *root, struct st_objstore **ret, struct al_e
 	if (fd == -ELOOP)
 		return al_error_set(err, fd,
 				    "object store %s: a symbolic link in the path is not followed "
-				    "(name the real path, with no link in any component)", root);
+				    "(name the real path, with no link in any component)",
+				    root);
 	if (fd < 0)
 		return al_error_set_errno(err, fd, "object store %s", root);
 	/* Checked on the descriptor, which is what is used from now on. */
@@ -636,8 +637,9 @@ int st_objstore_sweep_temp(struct st_objstore *s, unsigned min_age_sec, struct a
 int st_objstore_lock(struct st_objstore *s, bool exclusive, int *ret_fd, struct al_error *err)
 {
 	if (!s || s->ops != &dir_ops)
-		return al_error_set(err, -EOPNOTSUPP,
-				    "this object store has no lock (a lease object is future work)");
+		return al_error_set(
+			err, -EOPNOTSUPP,
+			"this object store has no lock (a lease object is future work)");
 	struct dir_store *d = to_dir(s);
 	_cleanup_close_ int fd = openat(d->root_fd, LOCK_NAME,
 					O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);

@@ -29,8 +29,8 @@ struct st_objstore_ops {
 	int (*put)(struct st_objstore *s, const char *key, const void *data, size_t len,
 		   struct al_error *err);
 	/* Reads the whole object, at most max bytes (-EFBIG beyond). */
-	int (*get)(struct st_objstore *s, const char *key, size_t max, void **ret,
-		   size_t *ret_len, struct al_error *err);
+	int (*get)(struct st_objstore *s, const char *key, size_t max, void **ret, size_t *ret_len,
+		   struct al_error *err);
 	/* Reads len bytes at off (-EIO when the object is shorter). */
 	int (*get_range)(struct st_objstore *s, const char *key, uint64_t off, size_t len,
 			 void *buf, struct al_error *err);
@@ -40,8 +40,8 @@ struct st_objstore_ops {
 	int (*del)(struct st_objstore *s, const char *key, struct al_error *err);
 	/* Calls fn for every key below prefix (which ends in '/'), in no
 	 * particular order; fn returning < 0 stops the walk with that value. */
-	int (*list)(struct st_objstore *s, const char *prefix,
-		    int (*fn)(const char *key, void *ud), void *ud, struct al_error *err);
+	int (*list)(struct st_objstore *s, const char *prefix, int (*fn)(const char *key, void *ud),
+		    void *ud, struct al_error *err);
 	void (*close)(struct st_objstore *s);
 };
 
@@ -82,8 +82,8 @@ bool st_key_valid(const char *key);
 /* Tenant names: 1..ST_TENANT_MAX of [a-z0-9_-], not starting with '-'. */
 bool st_tenant_valid(const char *tenant);
 
-static inline int st_obj_put(struct st_objstore *s, const char *key, const void *data,
-			     size_t len, struct al_error *err)
+static inline int st_obj_put(struct st_objstore *s, const char *key, const void *data, size_t len,
+			     struct al_error *err)
 {
 	return s->ops->put(s, key, data, len, err);
 }
@@ -92,8 +92,8 @@ static inline int st_obj_get(struct st_objstore *s, const char *key, size_t max,
 {
 	return s->ops->get(s, key, max, ret, ret_len, err);
 }
-static inline int st_obj_get_range(struct st_objstore *s, const char *key, uint64_t off,
-				   size_t len, void *buf, struct al_error *err)
+static inline int st_obj_get_range(struct st_objstore *s, const char *key, uint64_t off, size_t len,
+				   void *buf, struct al_error *err)
 {
 	return s->ops->get_range(s, key, off, len, buf, err);
 }

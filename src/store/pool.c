@@ -17,13 +17,13 @@ struct pool_thread {
 
 struct st_pool {
 	const struct st_pool_ops *ops;
-	void *inline_state; /* without threads: jobs run here */
+	void *inline_state;   /* without threads: jobs run here */
 	pthread_mutex_t lock; /* the queue, done, failed, err */
 	pthread_cond_t more, room;
 	unsigned char *ring; /* cap records of ops->job_size */
 	size_t cap, head, n;
-	bool done;   /* no more jobs will come */
-	bool failed; /* also read without the lock (atomically) to stop early */
+	bool done;	     /* no more jobs will come */
+	bool failed;	     /* also read without the lock (atomically) to stop early */
 	struct al_error err; /* the first error */
 	struct pool_thread *threads;
 	size_t n_threads; /* started */
@@ -110,8 +110,7 @@ int st_pool_start(const struct st_pool_ops *ops, void *const *workers, size_t n_
 	p->ops = ops;
 	p->cap = queue;
 	p->inline_state = workers[0];
-	if (queue > SIZE_MAX / ops->job_size ||
-	    !(p->ring = calloc(queue, ops->job_size)) ||
+	if (queue > SIZE_MAX / ops->job_size || !(p->ring = calloc(queue, ops->job_size)) ||
 	    (n_threads && !(p->threads = calloc(n_threads, sizeof(*p->threads))))) {
 		free(p->ring);
 		free(p);

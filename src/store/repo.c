@@ -30,9 +30,11 @@ int st_threads(unsigned *ret, struct al_error *err)
 	uint64_t v;
 	if (s && *s) {
 		if (parse_u64(s, &v) < 0 || v == 0 || v > ST_THREADS_MAX)
-			return al_error_set(err, -EINVAL,
-					    "AIRLOCK_STORE_THREADS wants a thread count from 1 to %d, "
-					    "not '%s'", ST_THREADS_MAX, s);
+			return al_error_set(
+				err, -EINVAL,
+				"AIRLOCK_STORE_THREADS wants a thread count from 1 to %d, "
+				"not '%s'",
+				ST_THREADS_MAX, s);
 		*ret = (unsigned)v;
 		return 0;
 	}
@@ -56,10 +58,10 @@ int st_path_error(struct al_error *err, int r, const char *what, const char *pat
 	if (r == -ELOOP)
 		return al_error_set(err, r,
 				    "%s %s: a symbolic link in the path is not followed (name the "
-				    "real path, with no link in any component)", what, path);
+				    "real path, with no link in any component)",
+				    what, path);
 	if (r == -EINVAL)
-		return al_error_set(err, r, "%s %s: not a path to a file or directory", what,
-				    path);
+		return al_error_set(err, r, "%s %s: not a path to a file or directory", what, path);
 	return al_error_set_errno(err, r, "%s %s", what, path);
 }
 
@@ -79,8 +81,8 @@ bool st_session_valid(const char *s)
 
 int st_session_error(const char *session, struct al_error *err)
 {
-	return al_error_set(err, -EINVAL, "session '%s': expected 1 to %d of [a-z0-9._-]",
-			    session, ST_SESSION_MAX);
+	return al_error_set(err, -EINVAL, "session '%s': expected 1 to %d of [a-z0-9._-]", session,
+			    ST_SESSION_MAX);
 }
 
 bool st_id_valid(const char *id)
@@ -175,16 +177,15 @@ void st_repo_close(struct st_repo *r)
 	free(r);
 }
 
-int st_key_load(const char *path, bool create, uint8_t **ret, size_t *ret_len,
-		struct al_error *err)
+int st_key_load(const char *path, bool create, uint8_t **ret, size_t *ret_len, struct al_error *err)
 {
 	/* The key's directory without following a link (a user who owns one
 	 * on the way cannot point it at a file of root's), then the key
 	 * relative to it. */
 	char name[NAME_MAX + 1];
 	bool dir_only = false;
-	_cleanup_close_ int dfd = open_parent_no_symlinks(AT_FDCWD, path, name, sizeof(name),
-							  &dir_only);
+	_cleanup_close_ int dfd =
+		open_parent_no_symlinks(AT_FDCWD, path, name, sizeof(name), &dir_only);
 	if (dfd < 0)
 		return st_path_error(err, dfd, "the key", path);
 	if (dir_only)
@@ -212,7 +213,8 @@ int st_key_load(const char *path, bool create, uint8_t **ret, size_t *ret_len,
 	    st.st_uid != geteuid()) {
 		close(fd);
 		return al_error_set(err, -EPERM,
-				    "the key %s must be a regular file of yours with mode 0600", path);
+				    "the key %s must be a regular file of yours with mode 0600",
+				    path);
 	}
 	uint8_t *k = malloc(KEY_MAX + 1);
 	ssize_t n = k ? read_full(fd, k, KEY_MAX + 1) : -ENOMEM;
@@ -273,12 +275,12 @@ int st_session_latest(struct st_repo *r, const char *session, char out[ST_ID_HEX
 
 /* ---- manifests ---- */
 
-int st_manifest_load_raw(struct st_repo *r, const char *id,
-			 const struct st_manifest_limits *limits, struct st_manifest **ret,
-			 struct al_error *err)
+int st_manifest_load_raw(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,
+			 struct st_manifest **ret, struct al_error *err)
 {
 	if (!st_id_valid(id))
-		return al_error_set(err, -EINVAL, "'%s' is not a checkpoint id (64 hex digits)", id);
+		return al_error_set(err, -EINVAL, "'%s' is not a checkpoint id (64 hex digits)",
+				    id);
 	char key[ST_KEY_MAX + 1];
 	if (st_repo_key(key, sizeof(key), r, "manifests/%s", id) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "key too long");
@@ -297,8 +299,10 @@ int st_manifest_load_raw(struct st_repo *r, const char *id,
 	st_manifest_id(text, len, actual);
 	if (strcmp(actual, id) != 0) {
 		free(text);
-		return al_error_set(err, -EBADMSG, "checkpoint %s: the manifest's content does not "
-				    "match its id (corrupt store)", id);
+		return al_error_set(err, -EBADMSG,
+				    "checkpoint %s: the manifest's content does not "
+				    "match its id (corrupt store)",
+				    id);
 	}
 	rc = st_manifest_parse(text, len, r->key, r->keylen, r->tenant, limits, ret, err);
 	free(text);
@@ -335,8 +339,7 @@ int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest
 
 /* ---- path lookup in a manifest (entries are sorted) ---- */
 
-const void *st_find_path(const void *base, size_t n, size_t size, size_t path_off,
-			 const char *path)
+const void *st_find_path(const void *base, size_t n, size_t size, size_t path_off, const char *path)
 {
 	size_t lo = 0, hi = n;
 	while (lo < hi) {

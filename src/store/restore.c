@@ -89,7 +89,8 @@ static void remove_below(int dirfd)
 			continue;
 		if (unlinkat(dirfd, de->d_name, 0) == 0)
 			continue;
-		int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int sub =
+			openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (sub >= 0) {
 			/* A directory we made without write permission. */
 			fchmod(sub, 0700);
@@ -111,8 +112,7 @@ struct parent_cache {
 	char dir[ST_PATH_MAX + 1];
 };
 
-static int cached_parent(struct parent_cache *pc, int root, const char *path,
-			 const char **ret_name)
+static int cached_parent(struct parent_cache *pc, int root, const char *path, const char **ret_name)
 {
 	const char *slash = strrchr(path, '/');
 	size_t n = slash ? (size_t)(slash - path) : 0;
@@ -165,7 +165,8 @@ static int restore_file(struct st_cas_reader *rd, int root, struct parent_cache 
 		if (h < e->n_holes && e->holes[h].at == i) {
 			uint64_t len = e->holes[h++].len;
 			if (len > e->size - total)
-				return al_error_set(err, -EBADMSG, "%s: its holes are longer than its size",
+				return al_error_set(err, -EBADMSG,
+						    "%s: its holes are longer than its size",
 						    e->path);
 			total += len;
 			if (lseek(fd, (off_t)total, SEEK_SET) < 0)
@@ -179,8 +180,8 @@ static int restore_file(struct st_cas_reader *rd, int root, struct parent_cache 
 		if (rc < 0)
 			return rc;
 		if (len > e->size - total)
-			return al_error_set(err, -EBADMSG, "%s: the chunks are longer than its size",
-					    e->path);
+			return al_error_set(err, -EBADMSG,
+					    "%s: the chunks are longer than its size", e->path);
 		total += len;
 		rc = write_full(fd, data, len);
 		if (rc < 0)
@@ -199,7 +200,8 @@ static int restore_file(struct st_cas_reader *rd, int root, struct parent_cache 
 		ts[1].tv_nsec += 1000000000l;
 	}
 	if (fchmod(fd, e->mode) < 0 || futimens(fd, ts) < 0)
-		return al_error_set_errno(err, -errno, "cannot set the mode or time of %s", e->path);
+		return al_error_set_errno(err, -errno, "cannot set the mode or time of %s",
+					  e->path);
 	return 0;
 }
 
@@ -292,7 +294,8 @@ static int restore_entries(struct st_repo *r, int root, const struct st_manifest
 		const char *name;
 		_cleanup_close_ int pfd = parent_fd(root, e->path, &name);
 		if (pfd < 0)
-			return al_error_set_errno(err, pfd, "cannot open the directory of %s", e->path);
+			return al_error_set_errno(err, pfd, "cannot open the directory of %s",
+						  e->path);
 		if (e->type == ST_DIR) {
 			/* Writable until everything below is in; the mode comes last. */
 			if (mkdirat(pfd, name, 0700) < 0)
@@ -357,8 +360,8 @@ int st_restore(struct st_repo *r, const char *id, const char *dir,
 	int empty = empty_dir(root);
 	if (empty <= 0) {
 		st_manifest_free(m);
-		return empty < 0 ? al_error_set_errno(err, empty, "%s", dir)
-				 : al_error_set(err, -ENOTEMPTY, "%s is not empty", dir);
+		return empty < 0 ? al_error_set_errno(err, empty, "%s", dir) :
+				   al_error_set(err, -ENOTEMPTY, "%s is not empty", dir);
 	}
 	rc = restore_entries(r, root, m, threads, err);
 	st_manifest_free(m);

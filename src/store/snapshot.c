@@ -31,7 +31,7 @@
 struct chunk_sink {
 	struct st_cas *cas;
 	struct st_cas_writer *cw;
-	const bool *stop; /* when set (atomically), a worker gives up early */
+	const bool *stop;   /* when set (atomically), a worker gives up early */
 	unsigned char *buf; /* 2 * ST_CDC_MAX */
 	uint64_t chunks_new, bytes_new;
 	uint64_t bytes; /* read by a worker; the walk counts the others */
@@ -85,10 +85,10 @@ struct walk {
 	bool sc_valid;
 	struct st_entry *entries;
 	size_t n, cap;
-	struct buf cache; /* the new stat cache */
-	bool layer; /* walking an overlayfs upper directory */
+	struct buf cache;		  /* the new stat cache */
+	bool layer;			  /* walking an overlayfs upper directory */
 	struct st_manifest_limits limits; /* every one set */
-	uint64_t bytes_seen; /* sizes of the files walked so far */
+	uint64_t bytes_seen;		  /* sizes of the files walked so far */
 	struct st_pool *pool;
 	struct job cur; /* the batch being filled */
 	struct worker *workers;
@@ -101,8 +101,8 @@ static int add_entry(struct walk *w, struct st_entry *e, struct al_error *err)
 	if (w->n >= w->limits.max_entries)
 		return al_error_set(err, -E2BIG,
 				    "%s: more than %zu entries, the limit (--max-files); nothing "
-				    "was committed", w->layer ? "upper layer" : "workspace",
-				    w->limits.max_entries);
+				    "was committed",
+				    w->layer ? "upper layer" : "workspace", w->limits.max_entries);
 	if (w->n == w->cap) {
 		size_t nc = w->cap ? w->cap * 2 : 1024;
 		struct st_entry *ne = realloc(w->entries, nc * sizeof(*ne));
@@ -127,8 +127,8 @@ static int store_cuts(struct chunk_sink *s, size_t *have, bool final, struct st_
 			break;
 		struct st_id id;
 		bool fresh = false;
-		int rc = s->cw ? st_cas_put_shared(s->cw, s->buf + off, cut, &id, &fresh, err)
-			       : st_cas_put(s->cas, s->buf + off, cut, &id, &fresh, err);
+		int rc = s->cw ? st_cas_put_shared(s->cw, s->buf + off, cut, &id, &fresh, err) :
+				 st_cas_put(s->cas, s->buf + off, cut, &id, &fresh, err);
 		if (rc < 0)
 			return rc;
 		if (fresh) {
@@ -285,9 +285,12 @@ static int work_file(struct worker *wk, const struct job_file *f, struct al_erro
 		free(got.holes);
 		return rc;
 	}
-	wk->res[wk->n_res++] = (struct result){ .entry = f->entry, .chunks = got.chunks,
-						 .n_chunks = got.n_chunks, .holes = got.holes,
-						 .n_holes = got.n_holes, .size = got.size };
+	wk->res[wk->n_res++] = (struct result){ .entry = f->entry,
+						.chunks = got.chunks,
+						.n_chunks = got.n_chunks,
+						.holes = got.holes,
+						.n_holes = got.n_holes,
+						.size = got.size };
 	return 0;
 }
 
@@ -327,8 +330,9 @@ static int batch_submit(struct walk *w)
 static int batch_add(struct walk *w, int fd, size_t entry, const char *path, uint64_t size,
 		     bool sparse)
 {
-	w->cur.f[w->cur.n++] = (struct job_file){ .fd = fd, .entry = entry, .path = path,
-						  .size = size, .sparse = sparse };
+	w->cur.f[w->cur.n++] = (struct job_file){
+		.fd = fd, .entry = entry, .path = path, .size = size, .sparse = sparse
+	};
 	w->cur.bytes += size;
 	if (w->cur.n < JOB_FILES && w->cur.bytes < JOB_BYTES)
 		return 0;
@@ -461,9 +465,11 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		    struct al_error *err)
 {
 	if (depth > w->limits.max_depth)
-		return al_error_set(err, -ELOOP,
-				    "%s: deeper than %zu directories, the limit (--max-depth); nothing "
-				    "was committed", rel, w->limits.max_depth);
+		return al_error_set(
+			err, -ELOOP,
+			"%s: deeper than %zu directories, the limit (--max-depth); nothing "
+			"was committed",
+			rel, w->limits.max_depth);
 	/* A new open file description: a dup would share (and move) the
 	 * directory offset of dirfd. */
 	int dupfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -481,10 +487,11 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
 			continue;
 		char path[ST_PATH_MAX + 1];
-		int n = rel[0] ? snprintf(path, sizeof(path), "%s/%s", rel, name)
-			       : snprintf(path, sizeof(path), "%s", name);
+		int n = rel[0] ? snprintf(path, sizeof(path), "%s/%s", rel, name) :
+				 snprintf(path, sizeof(path), "%s", name);
 		if (n < 0 || (size_t)n >= sizeof(path)) {
-			rc = al_error_set(err, -ENAMETOOLONG, "a path below %s is longer than %d bytes",
+			rc = al_error_set(err, -ENAMETOOLONG,
+					  "a path below %s is longer than %d bytes",
 					  rel[0] ? rel : "the workspace", ST_PATH_MAX);
 			break;
 		}
@@ -517,35 +524,40 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 			 * all (docs/checkpoints.md, "Limits"). */
 			uint64_t size = (uint64_t)st.st_size, max = w->limits.max_bytes;
 			if (max && size > max - w->bytes_seen) {
-				rc = al_error_set(err, -EFBIG,
-						  "%s: %" PRIu64 " bytes (holes count) would take the "
-						  "files past the byte limit of %" PRIu64 " (--max-bytes); "
-						  "nothing was read or committed", path, size, max);
+				rc = al_error_set(
+					err, -EFBIG,
+					"%s: %" PRIu64 " bytes (holes count) would take the "
+					"files past the byte limit of %" PRIu64 " (--max-bytes); "
+					"nothing was read or committed",
+					path, size, max);
 				break;
 			}
 			w->bytes_seen += size;
 			rc = snap_file(w, dirfd, name, path, &st, &e, &fd, &fst, err);
 			if (rc == 0)
-				rc = st_statcache_line(&w->cache, &st, path) < 0
-					     ? al_error_set(err, -ENOMEM, "out of memory")
-					     : 0;
+				rc = st_statcache_line(&w->cache, &st, path) < 0 ?
+					     al_error_set(err, -ENOMEM, "out of memory") :
+					     0;
 		} else if (S_ISLNK(st.st_mode)) {
 			e.type = ST_SYMLINK;
 			e.mode = 0777;
 			char target[ST_PATH_MAX + 1];
 			ssize_t tl = readlinkat(dirfd, name, target, sizeof(target));
 			if (tl < 0)
-				rc = al_error_set_errno(err, -errno, "cannot read the link %s", path);
+				rc = al_error_set_errno(err, -errno, "cannot read the link %s",
+							path);
 			else if ((size_t)tl >= sizeof(target) || tl == 0)
-				rc = al_error_set(err, -ENAMETOOLONG, "the link %s is too long", path);
+				rc = al_error_set(err, -ENAMETOOLONG, "the link %s is too long",
+						  path);
 			else if (!(e.target = strndup(target, (size_t)tl)))
 				rc = al_error_set(err, -ENOMEM, "out of memory");
 		} else {
 			w->res->skipped++;
 			if (w->o->report)
-				w->o->report(path, S_ISFIFO(st.st_mode)   ? "fifo skipped"
-						   : S_ISSOCK(st.st_mode) ? "socket skipped"
-									  : "device skipped",
+				w->o->report(path,
+					     S_ISFIFO(st.st_mode) ? "fifo skipped" :
+					     S_ISSOCK(st.st_mode) ? "socket skipped" :
+								    "device skipped",
 					     w->o->ud);
 			/* In an upper layer it still hides what the lower one has
 			 * there: the merged view shows no such file either. */
@@ -555,7 +567,8 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		}
 		if (rc == 0) {
 			e.path = strdup(path);
-			rc = e.path ? add_entry(w, &e, err) : al_error_set(err, -ENOMEM, "out of memory");
+			rc = e.path ? add_entry(w, &e, err) :
+				      al_error_set(err, -ENOMEM, "out of memory");
 		}
 		if (rc < 0) {
 			free(e.path);
@@ -567,14 +580,16 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		if (fd >= 0) {
 			/* Fewer blocks than bytes: it has holes, read by its data. */
 			bool sparse = (uint64_t)fst.st_blocks < (uint64_t)fst.st_size / 512;
-			rc = batch_add(w, TAKE_FD(fd), w->n - 1, e.path, (uint64_t)fst.st_size, sparse);
+			rc = batch_add(w, TAKE_FD(fd), w->n - 1, e.path, (uint64_t)fst.st_size,
+				       sparse);
 			if (rc < 0)
 				break;
 		}
 		if (e.type == ST_DIR) {
 			w->res->dirs++;
-			int sub = openat(dirfd, name,
-					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+			int sub =
+				openat(dirfd, name,
+				       O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
 			if (sub < 0) {
 				rc = al_error_set_errno(err, -errno, "cannot open %s", path);
 				break;
@@ -603,8 +618,8 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 	return rc;
 }
 
-int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
-		struct st_snapshot_result *ret, struct al_error *err)
+int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_snapshot_result *ret,
+		struct al_error *err)
 {
 	memset(ret, 0, sizeof(*ret));
 	struct st_fault fault = st_fault_start(r);
@@ -695,7 +710,8 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 		rc = al_error_set(err, -EFBIG,
 				  "the files grew while being read, to %" PRIu64 " bytes (holes "
 				  "count), more than the byte limit of %" PRIu64 " (--max-bytes); "
-				  "nothing was committed", ret->bytes, w.limits.max_bytes);
+				  "nothing was committed",
+				  ret->bytes, w.limits.max_bytes);
 	st_statcache_free(&w.sc);
 
 	if (rc == 0 && layer) {
@@ -719,8 +735,8 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o,
 				.base_entries = full ? lower->declared : lower->base_entries,
 				.lower = o->lower,
 			};
-			rc = st_layer_commit(r, &fault, o->session, parent, &lh, &w.limits, &w.entries, &w.n,
-					     now, &w.cache, ret->id, err);
+			rc = st_layer_commit(r, &fault, o->session, parent, &lh, &w.limits,
+					     &w.entries, &w.n, now, &w.cache, ret->id, err);
 		}
 	} else if (rc == 0) {
 		rc = st_commit_entries(r, &fault, o->session, parent, NULL, w.entries, w.n, now,

@@ -127,7 +127,8 @@ void st_statcache_load(struct st_repo *r, const char *session, const struct stat
 		struct st_stat_rec rec = { 0 };
 		if (!split_fields(p, f, 5) || parse_u64(f[0], &rec.ino) < 0 ||
 		    parse_i64(f[1], &rec.ctime_ns) < 0 || parse_i64(f[2], &rec.mtime_ns) < 0 ||
-		    parse_u64(f[3], &rec.size) < 0 || !(rec.path = hex_decode(f[4], strlen(f[4])))) {
+		    parse_u64(f[3], &rec.size) < 0 ||
+		    !(rec.path = hex_decode(f[4], strlen(f[4])))) {
 			ok = false;
 			break;
 		}
@@ -163,16 +164,15 @@ const struct st_stat_rec *st_statcache_find(const struct st_statcache *sc, const
 int st_statcache_header(struct buf *b, const struct stat *root, int64_t start_ns)
 {
 	return buf_appendf(b, "airlock-statcache 1 %" PRIu64 " %" PRIu64 " %" PRId64 "\n",
-			   (uint64_t)root->st_dev, (uint64_t)root->st_ino, start_ns) < 0
-		       ? -ENOMEM
-		       : 0;
+			   (uint64_t)root->st_dev, (uint64_t)root->st_ino, start_ns) < 0 ?
+		       -ENOMEM :
+		       0;
 }
 
 int st_statcache_line(struct buf *b, const struct stat *st, const char *path)
 {
-	if (buf_appendf(b, "%" PRIu64 " %" PRId64 " %" PRId64 " %" PRIu64 " ",
-			(uint64_t)st->st_ino, st_ts_ns(st->st_ctim), st_ts_ns(st->st_mtim),
-			(uint64_t)st->st_size) < 0 ||
+	if (buf_appendf(b, "%" PRIu64 " %" PRId64 " %" PRId64 " %" PRIu64 " ", (uint64_t)st->st_ino,
+			st_ts_ns(st->st_ctim), st_ts_ns(st->st_mtim), (uint64_t)st->st_size) < 0 ||
 	    hex_encode(path, b) < 0 || buf_append_char(b, '\n') < 0)
 		return -ENOMEM;
 	return 0;

@@ -13,7 +13,7 @@
 
 #define ST_DIFF_CONTEXT 3
 #define ST_DIFF_MAX_INPUT (16u << 20) /* each side; larger is "too large to diff" */
-#define ST_DIFF_MAX_EDITS 20000       /* D beyond this: "too different to diff" */
+#define ST_DIFF_MAX_EDITS 20000	      /* D beyond this: "too different to diff" */
 
 /* Whether the bytes look like text: no NUL and valid UTF-8 in the first 8 KiB. */
 bool st_is_text(const char *p, size_t n);

@@ -52,20 +52,20 @@ static int tty_fd = -1; /* a pipe: ioctls on it answer ENOTTY unless filtered */
  * the filter is missing (a new user namespace, say) changes nothing for the
  * next, and one that kills cannot stop the list.
  */
-#define TRY(name, call, expr)                                                                      \
-	do {                                                                                       \
-		fflush(stdout);                                                                    \
-		pid_t _p = fork();                                                                 \
-		if (_p == 0) {                                                                     \
-			errno = 0;                                                                 \
-			long _r = (long)(expr);                                                    \
-			report(name, call, _r, errno);                                             \
-			_exit(0);                                                                  \
-		}                                                                                  \
-		int _st = 0;                                                                       \
-		waitpid(_p, &_st, 0);                                                              \
-		if (WIFSIGNALED(_st))                                                              \
-			printf("%s %s -1 SIG%d\n", name, call, WTERMSIG(_st));                     \
+#define TRY(name, call, expr)                                                  \
+	do {                                                                   \
+		fflush(stdout);                                                \
+		pid_t _p = fork();                                             \
+		if (_p == 0) {                                                 \
+			errno = 0;                                             \
+			long _r = (long)(expr);                                \
+			report(name, call, _r, errno);                         \
+			_exit(0);                                              \
+		}                                                              \
+		int _st = 0;                                                   \
+		waitpid(_p, &_st, 0);                                          \
+		if (WIFSIGNALED(_st))                                          \
+			printf("%s %s -1 SIG%d\n", name, call, WTERMSIG(_st)); \
 	} while (0)
 
 static char path_buf[4][4096];
@@ -136,17 +136,22 @@ static int syscalls(void)
 	} fh = { 0 };
 	int mnt_id;
 	TRY("keyctl", "keyctl", syscall(SYS_keyctl, 0 /* GET_KEYRING_ID */, -3, 0, 0, 0));
-	TRY("add_key", "add_key", syscall(SYS_add_key, "user", "airlock-probe", "x", 1, 0x7ffffff0));
-	TRY("request_key", "request_key", syscall(SYS_request_key, "user", "airlock-probe-none", NULL, 0));
+	TRY("add_key", "add_key",
+	    syscall(SYS_add_key, "user", "airlock-probe", "x", 1, 0x7ffffff0));
+	TRY("request_key", "request_key",
+	    syscall(SYS_request_key, "user", "airlock-probe-none", NULL, 0));
 	TRY("bpf", "bpf", syscall(SYS_bpf, 9999, NULL, 0));
 	TRY("perf_event_open", "perf_event_open", syscall(SYS_perf_event_open, NULL, 0, -1, -1, 0));
 	TRY("lookup_dcookie", "lookup_dcookie", syscall(SYS_lookup_dcookie, 0, NULL, 0));
-	TRY("userfaultfd", "userfaultfd", syscall(SYS_userfaultfd, 1 /* USER_MODE_ONLY */ | 0x40000000));
+	TRY("userfaultfd", "userfaultfd",
+	    syscall(SYS_userfaultfd, 1 /* USER_MODE_ONLY */ | 0x40000000));
 	TRY("kexec_load", "kexec_load", syscall(SYS_kexec_load, 0, 0, NULL, 0xdead0000UL));
-	TRY("kexec_file_load", "kexec_file_load", syscall(SYS_kexec_file_load, -1, -1, 0, NULL, 0xdead0000UL));
+	TRY("kexec_file_load", "kexec_file_load",
+	    syscall(SYS_kexec_file_load, -1, -1, 0, NULL, 0xdead0000UL));
 	TRY("init_module", "init_module", syscall(SYS_init_module, NULL, 0, ""));
 	TRY("finit_module", "finit_module", syscall(SYS_finit_module, -1, "", 0));
-	TRY("delete_module", "delete_module", syscall(SYS_delete_module, "airlock_no_such_module", O_NONBLOCK));
+	TRY("delete_module", "delete_module",
+	    syscall(SYS_delete_module, "airlock_no_such_module", O_NONBLOCK));
 	TRY("create_module", "create_module", syscall(SYS_create_module, NULL, 0));
 	TRY("reboot", "reboot", syscall(SYS_reboot, 0, 0, 0, NULL)); /* wrong magic: harmless */
 	TRY("swapon", "swapon", syscall(SYS_swapon, "/nonexistent", 0));
@@ -173,9 +178,11 @@ static int syscalls(void)
 	TRY("setns", "setns", syscall(SYS_setns, -1, 0));
 	TRY("io_uring_setup", "io_uring_setup", syscall(SYS_io_uring_setup, 1, NULL));
 	TRY("io_uring_enter", "io_uring_enter", syscall(SYS_io_uring_enter, -1, 0, 0, 0, NULL, 0));
-	TRY("io_uring_register", "io_uring_register", syscall(SYS_io_uring_register, -1, 0, NULL, 0));
+	TRY("io_uring_register", "io_uring_register",
+	    syscall(SYS_io_uring_register, -1, 0, NULL, 0));
 	TRY("open_by_handle_at", "open_by_handle_at", syscall(SYS_open_by_handle_at, -1, NULL, 0));
-	TRY("name_to_handle_at", "name_to_handle_at", syscall(SYS_name_to_handle_at, AT_FDCWD, "/", &fh, &mnt_id, 0));
+	TRY("name_to_handle_at", "name_to_handle_at",
+	    syscall(SYS_name_to_handle_at, AT_FDCWD, "/", &fh, &mnt_id, 0));
 	TRY("settimeofday", "settimeofday", syscall(SYS_settimeofday, &bad_tv, NULL));
 	TRY("clock_settime", "clock_settime", syscall(SYS_clock_settime, -1, &ts));
 	TRY("clock_adjtime", "clock_adjtime", syscall(SYS_clock_adjtime, CLOCK_REALTIME, &tx));
@@ -187,10 +194,12 @@ static int syscalls(void)
 	TRY("openat2", "openat2", syscall(SYS_openat2, AT_FDCWD, "/", NULL, 0));
 	/* argument rules */
 	TRY("ioctl_tiocsti", "ioctl", ioctl(tty_fd, TIOCSTI, "x"));
-	TRY("ioctl_tiocsti_highbits", "ioctl", syscall(SYS_ioctl, tty_fd, (unsigned long)TIOCSTI | 0x100000000UL, "x"));
+	TRY("ioctl_tiocsti_highbits", "ioctl",
+	    syscall(SYS_ioctl, tty_fd, (unsigned long)TIOCSTI | 0x100000000UL, "x"));
 	TRY("ioctl_tioclinux", "ioctl", ioctl(tty_fd, 0x541C /* TIOCLINUX */, "\x0b"));
 	TRY("unshare_user", "unshare", syscall(SYS_unshare, CLONE_NEWUSER));
-	TRY("unshare_user_highbits", "unshare", syscall(SYS_unshare, CLONE_NEWUSER | 0x100000000UL));
+	TRY("unshare_user_highbits", "unshare",
+	    syscall(SYS_unshare, CLONE_NEWUSER | 0x100000000UL));
 	TRY("clone_user", "clone", ({
 		    long _c = syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, NULL, NULL, NULL, 0);
 		    if (_c == 0)
@@ -202,7 +211,8 @@ static int syscalls(void)
 	else
 		/* Without the filter, trying it could load a kernel module. */
 		printf("socket_vsock socket -1 NOTTRIED\n");
-	TRY("socket_netlink_uevent", "socket", socket(AF_NETLINK, SOCK_DGRAM, 15 /* KOBJECT_UEVENT */));
+	TRY("socket_netlink_uevent", "socket",
+	    socket(AF_NETLINK, SOCK_DGRAM, 15 /* KOBJECT_UEVENT */));
 	TRY("socketpair_inet", "socketpair", ({
 		    int _sv[2];
 		    socketpair(AF_INET, SOCK_STREAM, 0, _sv);
@@ -212,20 +222,26 @@ static int syscalls(void)
 	TRY("chmod_setgid", "chmod", chmod(spath(0, "probe-suid"), 02755));
 	TRY("fchmod_setuid", "fchmod", fchmod(open_file("probe-suid"), 04755));
 	TRY("fchmodat_setgid", "fchmodat", fchmodat(AT_FDCWD, spath(0, "probe-suid"), 02755, 0));
-	TRY("fchmodat2_setuid", "fchmodat2", syscall(452 /* fchmodat2 */, AT_FDCWD, spath(0, "probe-suid"), 04755, 0));
+	TRY("fchmodat2_setuid", "fchmodat2",
+	    syscall(452 /* fchmodat2 */, AT_FDCWD, spath(0, "probe-suid"), 04755, 0));
 	TRY("creat_setuid", "creat", creat(spath(0, "probe-creat"), 04755));
-	TRY("open_creat_setuid", "open", syscall(SYS_open, spath(0, "probe-suid2"), O_CREAT | O_WRONLY, 04755));
-	TRY("openat_creat_setgid", "openat", openat(AT_FDCWD, spath(0, "probe-sgid2"), O_CREAT | O_WRONLY, 02755));
+	TRY("open_creat_setuid", "open",
+	    syscall(SYS_open, spath(0, "probe-suid2"), O_CREAT | O_WRONLY, 04755));
+	TRY("openat_creat_setgid", "openat",
+	    openat(AT_FDCWD, spath(0, "probe-sgid2"), O_CREAT | O_WRONLY, 02755));
 	TRY("mknod_setuid", "mknod", mknod(spath(0, "probe-suid3"), S_IFREG | 04755, 0));
-	TRY("mknodat_setgid", "mknodat", mknodat(AT_FDCWD, spath(0, "probe-sgid3"), S_IFREG | 02755, 0));
+	TRY("mknodat_setgid", "mknodat",
+	    mknodat(AT_FDCWD, spath(0, "probe-sgid3"), S_IFREG | 02755, 0));
 	TRY("open_tmpfile_setuid", "open", open(scratch, O_TMPFILE | O_WRONLY, 04755));
 	/* Refused by the kernel itself in a sandbox, not by the filter. */
-	TRY("kernel_mknod_device", "mknod", mknod(spath(0, "probe-null"), S_IFCHR | 0666, makedev(1, 3)));
+	TRY("kernel_mknod_device", "mknod",
+	    mknod(spath(0, "probe-null"), S_IFCHR | 0666, makedev(1, 3)));
 	/* Allowed: these must still work. */
 	TRY("allowed_socket_inet", "socket", socket(AF_INET, SOCK_STREAM, 0));
 	TRY("allowed_socket_unix", "socket", socket(AF_UNIX, SOCK_STREAM, 0));
 	TRY("allowed_chmod", "chmod", chmod(spath(0, "probe-suid"), 0700));
-	TRY("allowed_socket_netlink_route", "socket", socket(AF_NETLINK, SOCK_DGRAM, 0 /* ROUTE */));
+	TRY("allowed_socket_netlink_route", "socket",
+	    socket(AF_NETLINK, SOCK_DGRAM, 0 /* ROUTE */));
 	TRY("allowed_open_tmpfile", "open", open(scratch, O_TMPFILE | O_WRONLY, 0600));
 	return 0;
 }

@@ -382,8 +382,10 @@ static void test_many_keys_fast(void **state)
 		clock_gettime(CLOCK_MONOTONIC, &t2);
 		assert_non_null(d1);
 		assert_non_null(d2);
-		double a1 = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-		double a2 = (double)(t2.tv_sec - t1.tv_sec) + (double)(t2.tv_nsec - t1.tv_nsec) / 1e9;
+		double a1 =
+			(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+		double a2 =
+			(double)(t2.tv_sec - t1.tv_sec) + (double)(t2.tv_nsec - t1.tv_nsec) / 1e9;
 		t_small = a1 < t_small ? a1 : t_small;
 		t_big = a2 < t_big ? a2 : t_big;
 	}

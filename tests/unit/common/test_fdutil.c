@@ -305,12 +305,12 @@ static void test_no_fd_leaks(void **state)
  */
 static int check_links(int dirfd, const char *dir, char *why, size_t why_len)
 {
-#define EXPECT(cond)                                                                  \
-	do {                                                                          \
-		if (!(cond)) {                                                        \
-			snprintf(why, why_len, "line %d: %s", __LINE__, #cond);       \
-			return -1;                                                    \
-		}                                                                     \
+#define EXPECT(cond)                                                            \
+	do {                                                                    \
+		if (!(cond)) {                                                  \
+			snprintf(why, why_len, "line %d: %s", __LINE__, #cond); \
+			return -1;                                              \
+		}                                                               \
 	} while (0)
 	int fd;
 	char abs[PATH_MAX];

@@ -81,9 +81,9 @@ static int teardown(void **state)
 	return 0;
 }
 
-#define NEED_TREE(t)                                                                    \
-	struct tree *t = *state;                                                         \
-	if (!t)                                                                          \
+#define NEED_TREE(t)             \
+	struct tree *t = *state; \
+	if (!t)                  \
 		skip(); /* AIRLOCK_LIBEXEC_DIR is absolute in this build */
 
 static ino_t ino_of(const char *path)

@@ -258,10 +258,13 @@ static void test_double_ignores_locale(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_u64),	 cmocka_unit_test(test_prefix),
+		cmocka_unit_test(test_u64),
+		cmocka_unit_test(test_prefix),
 		cmocka_unit_test(test_size),
-		cmocka_unit_test(test_duration), cmocka_unit_test(test_int_range),
-		cmocka_unit_test(test_double),	 cmocka_unit_test(test_double_ignores_locale),
+		cmocka_unit_test(test_duration),
+		cmocka_unit_test(test_int_range),
+		cmocka_unit_test(test_double),
+		cmocka_unit_test(test_double_ignores_locale),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -40,11 +40,13 @@ static bool allowed(const char *ip, const struct gw_cidr *allow, size_t n, const
 
 static void test_public_addresses_pass(void **state)
 {
+	/* clang-format off */
 	static const char *const ok[] = {
 		"1.1.1.1", "8.8.8.8", "140.82.112.3", "100.63.255.255", "100.128.0.0",
 		"172.15.255.255", "172.32.0.0", "192.167.255.255", "223.255.255.255",
 		"2606:4700:4700::1111", "2a00:1450:4001:82a::200e", "2001:4860::8888",
 	};
+	/* clang-format on */
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
 		if (!allowed(ok[i], NULL, 0, NULL))
 			fail_msg("refused public %s", ok[i]);
@@ -92,8 +94,8 @@ static void test_internal_addresses_refused(void **state)
 		if (allowed(bad[i].ip, NULL, 0, &why))
 			fail_msg("allowed %s", bad[i].ip);
 		if (!why || !strstr(why, bad[i].why))
-			fail_msg("%s refused as '%s', expected '%s'", bad[i].ip, why ? why : "(null)",
-				 bad[i].why);
+			fail_msg("%s refused as '%s', expected '%s'", bad[i].ip,
+				 why ? why : "(null)", bad[i].why);
 	}
 }
 
@@ -119,8 +121,9 @@ static void test_cidr_parse(void **state)
 {
 	struct gw_cidr c;
 	static const char *const bad[] = {
-		"", "10.0.0.0/", "10.0.0.0/33", "10.0.0.0/-1", "10.0.0.1/8", "10.0.0.0/8x",
-		"fd00::/129", "fd00::1/8", "nonsense", "10.0.0.0/ 8", "010.0.0.0/8",
+		"",	      "10.0.0.0/",   "10.0.0.0/33", "10.0.0.0/-1",
+		"10.0.0.1/8", "10.0.0.0/8x", "fd00::/129",  "fd00::1/8",
+		"nonsense",   "10.0.0.0/ 8", "010.0.0.0/8",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		if (gw_cidr_parse(bad[i], &c) == 0)
@@ -163,10 +166,10 @@ static void test_every_range_at_both_edges(void **state)
 		  "100.128.0.0" },
 		{ "127.0.0.0", "127.255.255.255", "loopback", "126.255.255.255", "128.0.0.0" },
 		{ "168.63.129.16", "168.63.129.16",
-		  "Azure host services (WireServer): public, reached only by the VM", "168.63.129.15",
-		  "168.63.129.17" },
-		{ "169.254.0.0", "169.254.255.255", "link-local (cloud metadata)", "169.253.255.255",
-		  "169.255.0.0" },
+		  "Azure host services (WireServer): public, reached only by the VM",
+		  "168.63.129.15", "168.63.129.17" },
+		{ "169.254.0.0", "169.254.255.255", "link-local (cloud metadata)",
+		  "169.253.255.255", "169.255.0.0" },
 		{ "172.16.0.0", "172.31.255.255", "private", "172.15.255.255", "172.32.0.0" },
 		{ "192.0.0.0", "192.0.0.255", "IETF protocol assignments", "191.255.255.255",
 		  "192.0.1.0" },
@@ -175,15 +178,17 @@ static void test_every_range_at_both_edges(void **state)
 		  "192.88.100.0" },
 		{ "192.168.0.0", "192.168.255.255", "private", "192.167.255.255", "192.169.0.0" },
 		{ "198.18.0.0", "198.19.255.255", "benchmarking", "198.17.255.255", "198.20.0.0" },
-		{ "198.51.100.0", "198.51.100.255", "documentation", "198.51.99.255", "198.51.101.0" },
+		{ "198.51.100.0", "198.51.100.255", "documentation", "198.51.99.255",
+		  "198.51.101.0" },
 		{ "203.0.113.0", "203.0.113.255", "documentation", "203.0.112.255", "203.0.114.0" },
 		{ "224.0.0.0", "239.255.255.255", "multicast", "223.255.255.255", NULL },
 		{ "240.0.0.0", "255.255.255.255", "reserved", NULL, NULL },
 		{ "::", "::", "unspecified", NULL, NULL },
 		{ "::1", "::1", "loopback", NULL, NULL },
-		{ "::2", "::ffff:ffff", "IPv4-compatible (embeds an IPv4 address)", NULL, "::1:0:0" },
-		{ "::ffff:0.0.0.0", "::ffff:255.255.255.255", "IPv4-mapped (embeds an IPv4 address)",
-		  "::fffe:ffff:ffff", "::1:0:0:0" },
+		{ "::2", "::ffff:ffff", "IPv4-compatible (embeds an IPv4 address)", NULL,
+		  "::1:0:0" },
+		{ "::ffff:0.0.0.0", "::ffff:255.255.255.255",
+		  "IPv4-mapped (embeds an IPv4 address)", "::fffe:ffff:ffff", "::1:0:0:0" },
 		{ "::ffff:0:0:0", "::ffff:0:ffff:ffff", "IPv4-translated (embeds an IPv4 address)",
 		  "::fffe:ffff:ffff:ffff", "::ffff:1:0:0" },
 		{ "64:ff9b::", "64:ff9b::ffff:ffff", "NAT64 (embeds an IPv4 address)",
@@ -191,23 +196,25 @@ static void test_every_range_at_both_edges(void **state)
 		{ "64:ff9b:1::", "64:ff9b:1:ffff:ffff:ffff:ffff:ffff",
 		  "local NAT64 (embeds an IPv4 address)", "64:ff9b:0:ffff:ffff:ffff:ffff:ffff",
 		  "64:ff9b:2::" },
-		{ "100::", "100::ffff:ffff:ffff:ffff", "discard-only", "ff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
-		  "100:0:0:1::" },
-		{ "2001::", "2001:0:ffff:ffff:ffff:ffff:ffff:ffff", "Teredo (embeds an IPv4 address)",
-		  "2000:ffff:ffff:ffff:ffff:ffff:ffff:ffff", NULL },
+		{ "100::", "100::ffff:ffff:ffff:ffff", "discard-only",
+		  "ff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "100:0:0:1::" },
+		{ "2001::", "2001:0:ffff:ffff:ffff:ffff:ffff:ffff",
+		  "Teredo (embeds an IPv4 address)", "2000:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+		  NULL },
 		{ "2001:1::", "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff", "IETF protocol assignments",
 		  NULL, "2001:200::" },
 		{ "2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", "documentation",
 		  "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", "2001:db9::" },
-		{ "2002::", "2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "6to4 (embeds an IPv4 address)",
-		  "2001:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "2003::" },
+		{ "2002::", "2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+		  "6to4 (embeds an IPv4 address)", "2001:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+		  "2003::" },
 		{ "3fff::", "3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff", "documentation",
 		  "3ffe:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "3fff:1000::" },
 		{ "5f00::", "5f00:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "segment routing",
 		  "5eff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "5f01::" },
 		{ "fc00::", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
-		  "unique local (private; cloud metadata)", "fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
-		  NULL },
+		  "unique local (private; cloud metadata)",
+		  "fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", NULL },
 		{ "fe80::", "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "link-local",
 		  "fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ffff", NULL },
 		{ "fec0::", "feff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "site-local", NULL, NULL },
@@ -227,8 +234,8 @@ static void test_every_range_at_both_edges(void **state)
 		for (int k = 0; k < 2; k++) {
 			const char *why = NULL;
 			if (outside[k] && !allowed(outside[k], NULL, 0, &why))
-				fail_msg("%s, just outside %s, refused as %s", outside[k], ranges[i].why,
-					 why ? why : "(none)");
+				fail_msg("%s, just outside %s, refused as %s", outside[k],
+					 ranges[i].why, why ? why : "(none)");
 		}
 	}
 }

@@ -795,18 +795,22 @@ static void test_secret_forms_redacted(void **state)
 	 * Authorization field would carry it. */
 	const char *b64 = "eC1hY2Nlc3MtdG9rZW46Z2hwX1JFQUwrLz0mMDEyMzQ1Njc4OQ==";
 	char text[1024];
-	snprintf(text, sizeof(text), "{\"authorization\":\"Basic %s\",\"args\":{\"key\":"
-		 "\"key%%20with%%20spaces%%2B%%26%%2F\",\"k2\":\"key%%20with%%20spaces%%2b%%26%%2f\","
-		 "\"k3\":\"key+with+spaces%%2B%%26%%2F\"},"
-		 "\"raw\":\"key with spaces+&/\"}", b64);
+	snprintf(
+		text, sizeof(text),
+		"{\"authorization\":\"Basic %s\",\"args\":{\"key\":"
+		"\"key%%20with%%20spaces%%2B%%26%%2F\",\"k2\":\"key%%20with%%20spaces%%2b%%26%%2f\","
+		"\"k3\":\"key+with+spaces%%2B%%26%%2F\"},"
+		"\"raw\":\"key with spaces+&/\"}",
+		b64);
 	struct out res;
 	redact_every_split(v, text, &res);
 	assert_null(strstr(res.buf, b64));
 	assert_null(strstr(res.buf, "with"));
 	assert_null(strstr(res.buf, "ghp_"));
-	assert_string_equal(res.buf, "{\"authorization\":\"Basic [redacted]\",\"args\":"
-				     "{\"key\":\"[redacted]\",\"k2\":\"[redacted]\",\"k3\":\"[redacted]\"},"
-				     "\"raw\":\"[redacted]\"}");
+	assert_string_equal(res.buf,
+			    "{\"authorization\":\"Basic [redacted]\",\"args\":"
+			    "{\"key\":\"[redacted]\",\"k2\":\"[redacted]\",\"k3\":\"[redacted]\"},"
+			    "\"raw\":\"[redacted]\"}");
 	gw_vault_free(v);
 	gw_config_free(cfg);
 }

@@ -103,8 +103,9 @@ static struct gw_config *config(enum gw_mode mode, char *const *grants, size_t n
 static struct gw_verdict req(const struct gw_config *cfg, const char *method, const char *host,
 			     uint16_t port, const char *path, bool tls)
 {
-	struct gw_request_facts f = { .method = method, .host = host, .port = port, .path = path,
-				      .tls = tls };
+	struct gw_request_facts f = {
+		.method = method, .host = host, .port = port, .path = path, .tls = tls
+	};
 	struct gw_verdict v;
 	gw_decide_request(cfg, cfg->policy, &f, &v);
 	return v;
@@ -204,8 +205,10 @@ static void test_github_grants(void **state)
 	assert_true(v.allow);
 	assert_false(v.check_push);
 	static const char *const admin[][2] = {
-		{ "DELETE", "/repos/acme/app" }, { "POST", "/repos/acme/app/forks" },
-		{ "GET", "/repos/acme/app/actions/secrets" }, { "PUT", "/repos/acme/app/pulls/1/merge" },
+		{ "DELETE", "/repos/acme/app" },
+		{ "POST", "/repos/acme/app/forks" },
+		{ "GET", "/repos/acme/app/actions/secrets" },
+		{ "PUT", "/repos/acme/app/pulls/1/merge" },
 		{ "POST", "/repos/acme/app/hooks" },
 	};
 	for (size_t i = 0; i < sizeof(admin) / sizeof(admin[0]); i++) {
@@ -264,9 +267,10 @@ static void test_open_mode(void **state)
 static void test_decision_uses_path(void **state)
 {
 	struct gw_config *cfg = config(GW_MODE_RESTRICTED, NULL, 0);
-	assert_true(gw_decision_uses_path(cfg, cfg->policy, "api.anthropic.com", 443)); /* rule paths */
-	assert_true(gw_decision_uses_path(cfg, cfg->policy, "a.example.com", 443));     /* a deny's */
-	assert_true(gw_decision_uses_path(cfg, cfg->policy, "api.github.com", 443));     /* GitHub */
+	assert_true(
+		gw_decision_uses_path(cfg, cfg->policy, "api.anthropic.com", 443)); /* rule paths */
+	assert_true(gw_decision_uses_path(cfg, cfg->policy, "a.example.com", 443)); /* a deny's */
+	assert_true(gw_decision_uses_path(cfg, cfg->policy, "api.github.com", 443)); /* GitHub */
 	assert_true(gw_decision_uses_path(cfg, cfg->policy, "github.com", 443));
 	assert_false(gw_decision_uses_path(cfg, cfg->policy, "unknown.test", 443));
 	gw_config_free(cfg);
@@ -281,10 +285,8 @@ static void test_decision_uses_path(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_tunnel_step),
-		cmocka_unit_test(test_request_step),
-		cmocka_unit_test(test_github_grants),
-		cmocka_unit_test(test_open_mode),
+		cmocka_unit_test(test_tunnel_step),	   cmocka_unit_test(test_request_step),
+		cmocka_unit_test(test_github_grants),	   cmocka_unit_test(test_open_mode),
 		cmocka_unit_test(test_decision_uses_path),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -162,7 +162,8 @@ static void test_corrupt_and_trailing(void **state)
 	for (size_t i = 0; i < 4; i++) {
 		memset(&s, 0, sizeof(s));
 		assert_int_equal(decode(all[i], "this is not compressed at all, not one bit", 43,
-					4096, UINT64_MAX, &s), -EINVAL);
+					4096, UINT64_MAX, &s),
+				 -EINVAL);
 		free(s.p);
 	}
 	free(t);

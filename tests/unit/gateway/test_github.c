@@ -476,8 +476,8 @@ static void test_admin_table(void **state)
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
 		if (gw_github_needs_admin(API, cases[i].method, cases[i].path) != cases[i].admin)
-			fail_msg("%s %s: needs admin %d, expected %d", cases[i].method, cases[i].path,
-				 !cases[i].admin, cases[i].admin);
+			fail_msg("%s %s: needs admin %d, expected %d", cases[i].method,
+				 cases[i].path, !cases[i].admin, cases[i].admin);
 	/* Git smart HTTP is work (clone, fetch, push); other hosts never. */
 	assert_false(gw_github_needs_admin(WEB, "POST", "/o/r.git/git-receive-pack"));
 	assert_false(gw_github_needs_admin("example.com", "DELETE", "/repos/o/r"));
@@ -511,18 +511,17 @@ static void test_push_check(void **state)
 		const char *old, *new, *ref;
 		int want;
 	} one[] = {
-		{ Z40, A40, "refs/heads/airlock/fix-1", 1 },      /* create */
-		{ A40, B40, "refs/heads/airlock/fix-1", 1 },      /* update, forced or not */
-		{ A40, Z40, "refs/heads/airlock/fix-1", 1 },      /* delete its own */
-		{ A40, B40, "refs/heads/main", -1 },              /* the default branch */
-		{ Z40, A40, "refs/heads/release/1.0", -1 },       /* any other branch */
-		{ A40, Z40, "refs/heads/main", -1 },              /* deleting one */
-		{ Z40, A40, "refs/tags/v1.0", -1 },               /* a tag */
-		{ Z40, A40, "refs/heads/airlock/", -1 },          /* the prefix alone */
-		{ Z40, A40, "refs/heads/airlockx/y", -1 },        /* a sibling of it */
-		{ Z40, A40, "refs/notes/commits", -1 },
-		{ Z40, A40, "refs/pull/1/head", -1 },
-		{ "xyz", A40, "refs/heads/airlock/a", -1 },       /* malformed */
+		{ Z40, A40, "refs/heads/airlock/fix-1", 1 }, /* create */
+		{ A40, B40, "refs/heads/airlock/fix-1", 1 }, /* update, forced or not */
+		{ A40, Z40, "refs/heads/airlock/fix-1", 1 }, /* delete its own */
+		{ A40, B40, "refs/heads/main", -1 },	     /* the default branch */
+		{ Z40, A40, "refs/heads/release/1.0", -1 },  /* any other branch */
+		{ A40, Z40, "refs/heads/main", -1 },	     /* deleting one */
+		{ Z40, A40, "refs/tags/v1.0", -1 },	     /* a tag */
+		{ Z40, A40, "refs/heads/airlock/", -1 },     /* the prefix alone */
+		{ Z40, A40, "refs/heads/airlockx/y", -1 },   /* a sibling of it */
+		{ Z40, A40, "refs/notes/commits", -1 },	     { Z40, A40, "refs/pull/1/head", -1 },
+		{ "xyz", A40, "refs/heads/airlock/a", -1 }, /* malformed */
 	};
 	const char *why;
 	for (size_t i = 0; i < ARRAY_SIZE(one); i++) {
@@ -561,7 +560,8 @@ static void test_push_check(void **state)
 	/* A flush alone updates nothing: git's probe before a chunked push. */
 	assert_int_equal(gw_github_push_check("0000", 4, true, "airlock/", &why), 1);
 	assert_int_equal(gw_github_push_check("001dpush-cert\0report-status\n0000", 33, true,
-					      "airlock/", &why), -1);
+					      "airlock/", &why),
+			 -1);
 	assert_non_null(strstr(why, "signed"));
 	assert_int_equal(gw_github_push_check("zzzz", 4, false, "airlock/", &why), -1);
 	assert_int_equal(gw_github_push_check("0003", 4, false, "airlock/", &why), -1);
@@ -571,7 +571,8 @@ static void test_push_check(void **state)
 	assert_non_null(big);
 	size_t off = 0;
 	while (off < GW_GITHUB_PUSH_HEAD_MAX + 512)
-		off += pkt(big + off, Z40, A40, "refs/heads/airlock/aaaaaaaaaaaaaaaaaaaaaaaa", off == 0);
+		off += pkt(big + off, Z40, A40, "refs/heads/airlock/aaaaaaaaaaaaaaaaaaaaaaaa",
+			   off == 0);
 	assert_int_equal(gw_github_push_check(big, off, false, "airlock/", &why), -1);
 	free(big);
 	/* Only POSTs of receive-pack on github.com are pushes. */

@@ -26,12 +26,14 @@ static struct gw_handover sample(void)
 {
 	struct gw_handover h;
 	memset(&h, 0, sizeof(h));
+	/* clang-format off */
 	h.opts = (struct gw_options){
 		.mode = GW_MODE_RESTRICTED, .label = "sandbox", .policy_file = "/p.yaml",
 		.allow = allow, .n_allow = 2, .grants = grants, .n_grants = 1,
 		.upstreams = ups, .n_upstreams = 1, .upstream_cas = cas, .n_upstream_cas = 2,
 		.vault_file = "/root/vault.yaml",
 	};
+	/* clang-format on */
 	h.uid = 0x5fffffff;
 	h.sandbox_uid_first = 0x40000000;
 	h.sandbox_uid_end = 0x50000000;
@@ -218,16 +220,16 @@ static void test_malformed(void **state)
 		const char *p;
 		uint32_t len;
 	} bad_val[] = {
-		{ 1, "\0\0\0\0", 4 },         /* mode none */
-		{ 1, "\x07\0\0\0", 4 },       /* mode 7 */
-		{ 1, "\x01\0\0", 3 },         /* short */
-		{ 10, "\x02", 1 },            /* bool 2 */
-		{ 10, "\x01\x00", 2 },        /* bool, two bytes */
-		{ 11, "\0\0\0\0", 4 },        /* uid 0 */
-		{ 11, "\xff\xff\xff\xff", 4 },/* uid -1 */
+		{ 1, "\0\0\0\0", 4 },		   /* mode none */
+		{ 1, "\x07\0\0\0", 4 },		   /* mode 7 */
+		{ 1, "\x01\0\0", 3 },		   /* short */
+		{ 10, "\x02", 1 },		   /* bool 2 */
+		{ 10, "\x01\x00", 2 },		   /* bool, two bytes */
+		{ 11, "\0\0\0\0", 4 },		   /* uid 0 */
+		{ 11, "\xff\xff\xff\xff", 4 },	   /* uid -1 */
 		{ 12, "\x02\0\0\0\x01\0\0\0", 8 }, /* first > end */
-		{ 12, "\x01\0\0\0", 4 },      /* short */
-		{ 14, "\0\0\0\0", 4 },        /* parent 0 */
+		{ 12, "\x01\0\0\0", 4 },	   /* short */
+		{ 14, "\0\0\0\0", 4 },		   /* parent 0 */
 	};
 	for (size_t i = 0; i < sizeof(bad_val) / sizeof(bad_val[0]); i++) {
 		/* Built from scratch with the bad value in place of the good one. */
@@ -362,7 +364,8 @@ static void test_encoder_refuses(void **state)
 static void test_ready(void **state)
 {
 	static const char pem[] = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
-	static char e1[] = "HTTP_PROXY=http://127.0.0.1:3128", e2[] = "EXAMPLE_API_KEY=airlock-dummy";
+	static char e1[] = "HTTP_PROXY=http://127.0.0.1:3128",
+		    e2[] = "EXAMPLE_API_KEY=airlock-dummy";
 	char *env[] = { e1, e2 };
 	struct buf b = BUF_INIT(GW_READY_MAX);
 	assert_int_equal(gw_ready_encode(pem, sizeof(pem) - 1, env, 2, &b), 0);
@@ -423,8 +426,8 @@ static void test_uid(void **state)
 	setenv("AIRLOCK_GATEWAY_UID", "1879048192", 1);
 	assert_int_equal(gw_uid_from_env(&uid, &err), 0);
 	assert_int_equal(uid, 0x70000000);
-	static const char *const bad[] = { "0", "4294967295", "99999999999", "-1", "0x10", "12a",
-					   " 5" };
+	static const char *const bad[] = { "0",	   "4294967295", "99999999999", "-1",
+					   "0x10", "12a",	 " 5" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		setenv("AIRLOCK_GATEWAY_UID", bad[i], 1);
 		al_error_clear(&err);
@@ -449,9 +452,9 @@ static void test_uid(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_roundtrip),      cmocka_unit_test(test_malformed),
-		cmocka_unit_test(test_list_limit),     cmocka_unit_test(test_encoder_refuses),
-		cmocka_unit_test(test_ready),          cmocka_unit_test(test_uid),
+		cmocka_unit_test(test_roundtrip),  cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_list_limit), cmocka_unit_test(test_encoder_refuses),
+		cmocka_unit_test(test_ready),	   cmocka_unit_test(test_uid),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

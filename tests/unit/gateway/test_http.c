@@ -255,7 +255,8 @@ static void test_connect(void **state)
 	/* Node's proxy agent (undici): Host without the target's default
 	 * port (RFC 9110 7.2). */
 	ok("CONNECT api.example.com:443 HTTP/1.1\r\nHost: api.example.com\r\n"
-	   "Connection: keep-alive\r\n\r\n", &req);
+	   "Connection: keep-alive\r\n\r\n",
+	   &req);
 	span_is(req.authority, "api.example.com:443");
 	span_is(req.host, "api.example.com");
 	ok("CONNECT a.com:80 HTTP/1.1\r\nHost: A.com\r\n\r\n", &req);
@@ -267,10 +268,11 @@ static void test_connect(void **state)
  * servers: no body), so it is refused, and so is TRACE (an echo). */
 static void test_methods(void **state)
 {
-	static const char *const known[] = { "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH",
-					      "OPTIONS", "PROPFIND", "PROPPATCH", "MKCOL", "COPY",
-					      "MOVE", "LOCK", "UNLOCK", "REPORT", "MKCALENDAR",
-					      "SEARCH" };
+	static const char *const known[] = { "GET",	  "HEAD",   "POST",    "PUT",
+					     "DELETE",	  "PATCH",  "OPTIONS", "PROPFIND",
+					     "PROPPATCH", "MKCOL",  "COPY",    "MOVE",
+					     "LOCK",	  "UNLOCK", "REPORT",  "MKCALENDAR",
+					     "SEARCH" };
 	char head[128];
 	struct gw_http_request req;
 	for (size_t i = 0; i < ARRAY_SIZE(known); i++) {
@@ -279,7 +281,7 @@ static void test_methods(void **state)
 		span_is(req.method, known[i]);
 	}
 	static const char *const unknown[] = {
-		"head", "Head", "get", "post", "connect", "TRACE", "trace", "M-S.E!#$%&'*+^_`|~",
+		"head",	 "Head", "get", "post", "connect", "TRACE", "trace", "M-S.E!#$%&'*+^_`|~",
 		"HEADX", "GETS", "PRI", "BREW",
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(unknown); i++) {

@@ -436,17 +436,19 @@ static void test_encoded_slash_opt_in(void **state)
 	const char *npm = "/@types%2fnode/-/node-20.1.0.tgz?x=1";
 	assert_int_equal(gw_path_canonical(npm, strlen(npm), out, sizeof(out), &q), -EINVAL);
 	assert_int_equal(gw_path_canonical_opts(npm, strlen(npm), out, sizeof(out), &q,
-						GW_PATH_ENCODED_SLASH), 0);
+						GW_PATH_ENCODED_SLASH),
+			 0);
 	assert_string_equal(out, "/@types%2Fnode/-/node-20.1.0.tgz");
 	assert_int_equal(q, strlen("/@types%2fnode/-/node-20.1.0.tgz"));
 	/* A fixed point in its mode too. */
 	char again[GW_PATH_MAX + 1];
 	assert_int_equal(gw_path_canonical_opts(out, strlen(out), again, sizeof(again), &q,
-						GW_PATH_ENCODED_SLASH), 0);
+						GW_PATH_ENCODED_SLASH),
+			 0);
 	assert_string_equal(again, out);
 	static const char *const still_refused[] = {
-		"/a%252Fb", "/a%5Cb", "/a%5cb", "/a/../b", "/a/%2e%2e/b", "/a//b", "/a;x", "/a%00b",
-		"/a%2", "/a%C0%AFb",
+		"/a%252Fb", "/a%5Cb", "/a%5cb", "/a/../b", "/a/%2e%2e/b",
+		"/a//b",    "/a;x",   "/a%00b", "/a%2",	   "/a%C0%AFb",
 	};
 	for (size_t i = 0; i < sizeof(still_refused) / sizeof(still_refused[0]); i++)
 		if (gw_path_canonical_opts(still_refused[i], strlen(still_refused[i]), out,

@@ -32,8 +32,8 @@ static void parse_fails(const char *yaml, const char *needle)
 		fail_msg("error '%s' does not mention '%s'", err.msg, needle);
 }
 
-static bool allowed(const struct gw_policy *p, const char *method, const char *host,
-		    uint16_t port, const char *path)
+static bool allowed(const struct gw_policy *p, const char *method, const char *host, uint16_t port,
+		    const char *path)
 {
 	struct gw_decision d;
 	gw_policy_decide(p, method, host, port, path, &d);
@@ -54,11 +54,13 @@ static void test_host_normalize(void **state)
 	assert_int_equal(gw_host_normalize("[::FFFF:1.2.3.4]", 16, out, sizeof(out), &ip), 0);
 	assert_true(ip);
 	assert_string_equal(out, "[::ffff:1.2.3.4]");
+	/* clang-format off */
 	static const char *const bad[] = {
 		"", ".", "a..b", "-a.com", "a-.com", "a_b.com", ("b\xc3\xbc" "cher.de"), "a.com..",
 		"1.2.3", "0x7f.1", "127.1", "[1.2.3.4]", "[::1", "a b.com", "evil.com/x",
 		"evil.com:443", "*.a.com",
 	};
+	/* clang-format on */
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		if (gw_host_normalize(bad[i], strlen(bad[i]), out, sizeof(out), &ip) == 0)
 			fail_msg("accepted '%s'", bad[i]);
@@ -99,7 +101,8 @@ static void test_exact_host_port_methods_paths(void **state)
 	assert_false(allowed(p, "GET", "api.example.com", 443, "/v1/messagesX"));
 	assert_false(allowed(p, "GET", "api.example.com", 443, "/v1"));
 	assert_false(allowed(p, "DELETE", "api.example.com", 443, "/v1/messages"));
-	assert_false(allowed(p, "get", "api.example.com", 443, "/v1/messages")); /* methods are case-sensitive */
+	assert_false(allowed(p, "get", "api.example.com", 443,
+			     "/v1/messages")); /* methods are case-sensitive */
 	assert_false(allowed(p, "GET", "api.example.com", 8443, "/v1/messages"));
 	assert_false(allowed(p, "GET", "sub.api.example.com", 443, "/v1/messages"));
 	assert_true(allowed(p, "GET", "10.1.2.3", 80, "/"));

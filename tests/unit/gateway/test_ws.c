@@ -176,7 +176,10 @@ static void test_secret_split_across_fragments(void **state)
 	put_frame(&in, false, 0, msg + 10, 12, false);
 	put_frame(&in, true, 0, msg + 22, strlen(msg) - 22, false);
 	put_frame(&in, true, 2, "\x01\x02" SECRET "\x03", 3 + strlen(SECRET), false);
-	put_frame(&in, true, 8, "\x03\xe8" "bye " SECRET, 6 + strlen(SECRET), false);
+	put_frame(&in, true, 8,
+		  "\x03\xe8"
+		  "bye " SECRET,
+		  6 + strlen(SECRET), false);
 
 	struct bytes first = { 0 };
 	for (size_t cut = 0; cut <= in.len; cut++) {
@@ -196,7 +199,10 @@ static void test_secret_split_across_fragments(void **state)
 		assert_int_equal(msgs[2].op, 2);
 		assert_memory_equal(msgs[2].data.p, "\x01\x02[redacted]\x03", 13);
 		assert_int_equal(msgs[3].op, 8);
-		assert_memory_equal(msgs[3].data.p, "\x03\xe8" "bye [redacted]", 16);
+		assert_memory_equal(msgs[3].data.p,
+				    "\x03\xe8"
+				    "bye [redacted]",
+				    16);
 		for (size_t i = 0; i < k; i++)
 			free(msgs[i].data.p);
 		if (cut == 0)

@@ -15,8 +15,7 @@
 
 #include "sandbox/internal.h"
 
-static const struct sbx_cgroup_knob *find(const struct sbx_cgroup_knob *k, int n,
-					  const char *file)
+static const struct sbx_cgroup_knob *find(const struct sbx_cgroup_knob *k, int n, const char *file)
 {
 	for (int i = 0; i < n; i++)
 		if (strcmp(k[i].file, file) == 0)

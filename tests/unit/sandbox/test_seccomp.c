@@ -149,9 +149,11 @@ static void test_evaluator(void **state)
 
 static void test_foreign_abis_killed(void **state)
 {
-	const uint32_t arches[] = { AUDIT_ARCH_I386, AUDIT_ARCH_X86_64, AUDIT_ARCH_ARM,
-				    AUDIT_ARCH_AARCH64, AUDIT_ARCH_PPC64LE, AUDIT_ARCH_S390X,
-				    AUDIT_ARCH_RISCV64, 0, 0xffffffff };
+	const uint32_t arches[] = { AUDIT_ARCH_I386,	AUDIT_ARCH_X86_64,
+				    AUDIT_ARCH_ARM,	AUDIT_ARCH_AARCH64,
+				    AUDIT_ARCH_PPC64LE, AUDIT_ARCH_S390X,
+				    AUDIT_ARCH_RISCV64, 0,
+				    0xffffffff };
 	unsigned checked = 0;
 	for (size_t i = 0; i < ARRAY_SIZE(arches); i++) {
 		if (arches[i] == native())
@@ -184,6 +186,7 @@ static void test_foreign_abis_killed(void **state)
 
 /* The test's own copy of docs/sandbox.md's list: a name added to the code
  * without a test here fails test_deny_list_covered. */
+/* clang-format off */
 static const struct {
 	const char *name;
 	uint32_t action;
@@ -207,6 +210,7 @@ static const struct {
 	{ "move_pages", EPERM_ },     { "migrate_pages", EPERM_ },   { "kcmp", EPERM_ },
 	{ "clone3", ENOSYS_ },	     { "openat2", ENOSYS_ },
 };
+/* clang-format on */
 
 /* Argument patterns a whole-call rule must not care about. */
 static const uint64_t arg_patterns[][6] = {
@@ -229,7 +233,8 @@ static void test_deny_list_covered(void **state)
 			for (size_t j = 0; j < ARRAY_SIZE(expected_whole); j++)
 				found |= strcmp(names[i], expected_whole[j].name) == 0;
 			if (!found)
-				fail_msg("%s is refused by the filter but not checked here", names[i]);
+				fail_msg("%s is refused by the filter but not checked here",
+					 names[i]);
 		}
 	}
 }
@@ -250,7 +255,8 @@ static void test_every_entry_refused(void **state)
 			uint32_t a = run(native(), nr, arg_patterns[p]);
 			if (a != expected_whole[i].action)
 				fail_msg("%s (nr %d), pattern %zu: action %#x, want %#x",
-					 expected_whole[i].name, nr, p, a, expected_whole[i].action);
+					 expected_whole[i].name, nr, p, a,
+					 expected_whole[i].action);
 		}
 		proven++;
 	}
@@ -280,8 +286,10 @@ static const struct arg_case arg_cases[] = {
 	{ "unshare user high bits", "unshare", { CLONE_NEWUSER | HI }, EPERM_ },
 	{ "unshare mnt", "unshare", { CLONE_NEWNS }, ALLOW },
 	{ "clone user", "clone", { CLONE_NEWUSER | SIGCHLD }, EPERM_ },
-	{ "clone thread", "clone", { CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND |
-				     CLONE_THREAD | CLONE_SYSVSEM }, ALLOW },
+	{ "clone thread",
+	  "clone",
+	  { CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM },
+	  ALLOW },
 	{ "fork-like clone", "clone", { SIGCHLD }, ALLOW },
 	{ "chmod setuid", "chmod", { 0, S_ISUID | 0755 }, EPERM_ },
 	{ "chmod setgid", "chmod", { 0, S_ISGID | 0755 }, EPERM_ },
@@ -308,17 +316,22 @@ static const struct arg_case arg_cases[] = {
 	{ "creat plain", "creat", { 0, 0644 }, ALLOW },
 	{ "open O_CREAT setuid", "open", { 0, O_CREAT | O_WRONLY, S_ISUID | 0755 }, EPERM_ },
 	{ "open O_CREAT setgid", "open", { 0, O_CREAT | O_RDWR, S_ISGID | 0755 }, EPERM_ },
-	{ "open O_TMPFILE setuid", "open", { 0, O_TMPFILE_BIT | O_DIRECTORY | O_WRONLY, S_ISUID },
+	{ "open O_TMPFILE setuid",
+	  "open",
+	  { 0, O_TMPFILE_BIT | O_DIRECTORY | O_WRONLY, S_ISUID },
 	  EPERM_ },
-	{ "open O_TMPFILE setgid", "open", { 0, O_TMPFILE_BIT | O_WRONLY, S_ISGID | 0600 },
-	  EPERM_ },
+	{ "open O_TMPFILE setgid", "open", { 0, O_TMPFILE_BIT | O_WRONLY, S_ISGID | 0600 }, EPERM_ },
 	{ "open O_CREAT plain", "open", { 0, O_CREAT | O_WRONLY, 0644 }, ALLOW },
 	{ "open no O_CREAT, mode ignored", "open", { 0, O_RDONLY, S_ISUID | 0755 }, ALLOW },
-	{ "openat O_CREAT setuid", "openat", { AT_FDCWD, 0, O_CREAT | O_WRONLY, S_ISUID | 0755 },
+	{ "openat O_CREAT setuid",
+	  "openat",
+	  { AT_FDCWD, 0, O_CREAT | O_WRONLY, S_ISUID | 0755 },
 	  EPERM_ },
 	{ "openat O_CREAT setgid", "openat", { AT_FDCWD, 0, O_CREAT, S_ISGID }, EPERM_ },
-	{ "openat O_TMPFILE setuid", "openat",
-	  { AT_FDCWD, 0, O_TMPFILE_BIT | O_DIRECTORY | O_RDWR, S_ISUID | 0600 }, EPERM_ },
+	{ "openat O_TMPFILE setuid",
+	  "openat",
+	  { AT_FDCWD, 0, O_TMPFILE_BIT | O_DIRECTORY | O_RDWR, S_ISUID | 0600 },
+	  EPERM_ },
 	{ "openat O_CREAT plain", "openat", { AT_FDCWD, 0, O_CREAT | O_WRONLY, 0600 }, ALLOW },
 	{ "openat read", "openat", { AT_FDCWD, 0, O_RDONLY, 0 }, ALLOW },
 	{ "socket netlink uevent", "socket", { AF_NETLINK, SOCK_DGRAM, 15 }, EAFNO_ },
@@ -422,7 +435,8 @@ static void test_kernel_agrees(void **state)
 	for (size_t i = 0; i < ARRAY_SIZE(calls); i++) {
 		int e, sig;
 		assert_int_equal(child_call(calls[i].nr, calls[i].a0, calls[i].a1, calls[i].a2, &e,
-					    &sig), 0);
+					    &sig),
+				 0);
 		if (sig || e != calls[i].want_errno)
 			fail_msg("%s under the filter: errno %d, signal %d (want errno %d)",
 				 calls[i].what, e, sig, calls[i].want_errno);

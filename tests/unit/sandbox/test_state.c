@@ -44,9 +44,9 @@ static void test_ids(void **state)
 	assert_string_not_equal(id, other);
 	assert_false(sbx_id_valid(NULL));
 	assert_false(sbx_id_valid(""));
-	assert_false(sbx_id_valid("0123456789abcde"));   /* short */
+	assert_false(sbx_id_valid("0123456789abcde"));	 /* short */
 	assert_false(sbx_id_valid("0123456789abcdef0")); /* long */
-	assert_false(sbx_id_valid("0123456789ABCDEF")); /* upper case */
+	assert_false(sbx_id_valid("0123456789ABCDEF"));	 /* upper case */
 	assert_false(sbx_id_valid("../../etc/passwd"));
 	assert_false(sbx_id_valid("0123456789abcde/"));
 }
@@ -86,9 +86,12 @@ static void test_state_round_trip_and_damage(void **state)
 {
 	struct sbx_settings set;
 	settings(&set);
-	struct sbx_state st = { .init_pid = 4242, .init_start = 99, .slot = 7,
+	struct sbx_state st = { .init_pid = 4242,
+				.init_start = 99,
+				.slot = 7,
 				.uid = SBX_DEFAULT_UID_BASE + 7 * SBX_RANGE,
-				.created = 1700000000, .memory_bytes = 1 << 20 };
+				.created = 1700000000,
+				.memory_bytes = 1 << 20 };
 	assert_int_equal(sbx_new_id(st.id), 0);
 	st.cg.present[0] = true;
 	snprintf(st.cg.path[0], sizeof(st.cg.path[0]), "/sys/fs/cgroup/memory/airlock/%s", st.id);
@@ -119,19 +122,21 @@ static void test_state_round_trip_and_damage(void **state)
 		bool with_id;
 		const char *text;
 	} bad[] = {
-		{ true, "pid=0\nuid=5\n" },             /* pid 0 */
-		{ true, "pid=12\nuid=5\nunknown=1\n" }, /* unknown key */
-		{ true, "pid=12x\nuid=5\n" },           /* junk number */
-		{ true, "pid=12\n" },                    /* no uid */
-		{ true, "pid=12\nuid=5\nslot=99999\n" }, /* slot out of range */
+		{ true, "pid=0\nuid=5\n" },			   /* pid 0 */
+		{ true, "pid=12\nuid=5\nunknown=1\n" },		   /* unknown key */
+		{ true, "pid=12x\nuid=5\n" },			   /* junk number */
+		{ true, "pid=12\n" },				   /* no uid */
+		{ true, "pid=12\nuid=5\nslot=99999\n" },	   /* slot out of range */
 		{ false, "id=0000000000000000\npid=12\nuid=5\n" }, /* someone else's id */
 		{ false, "garbage" },
 		/* injected or tampered lines: */
-		{ true, "pid=12\npid=13\nuid=1610612736\nslot=0\n" },               /* key twice */
-		{ true, "pid=12\nuid=1610612737\nslot=0\n" },                        /* uid not the slot's */
-		{ true, "pid=12\nuid=1610612736\nslot=0\ncgroup1=/tmp/victim\n" },  /* foreign path */
-		{ true, "pid=12\nuid=1610612736\nslot=0\ncgroup0=/sys/fs/cgroup/memory/x/../../etc\n" },
-		{ true, "pid=12\nuid=1610612736\nslot=0\nephemeral=yes\n" },     /* not 0 or 1 */
+		{ true, "pid=12\npid=13\nuid=1610612736\nslot=0\n" }, /* key twice */
+		{ true, "pid=12\nuid=1610612737\nslot=0\n" },	      /* uid not the slot's */
+		{ true,
+		  "pid=12\nuid=1610612736\nslot=0\ncgroup1=/tmp/victim\n" }, /* foreign path */
+		{ true,
+		  "pid=12\nuid=1610612736\nslot=0\ncgroup0=/sys/fs/cgroup/memory/x/../../etc\n" },
+		{ true, "pid=12\nuid=1610612736\nslot=0\nephemeral=yes\n" }, /* not 0 or 1 */
 	};
 	char path[SBX_PATH_MAX + 16];
 	snprintf(path, sizeof(path), "%s/state", p.dir);

@@ -987,7 +987,8 @@ static void test_bad_manifest_deletes_nothing(void **state)
 	/* 2a: named by a log entry that retention keeps (the newest): it
 	 * must be loaded to be marked, and cannot be. */
 	char logname[128];
-	snprintf(logname, sizeof(logname), "%020" PRId64 "-%s", (int64_t)((T0 + 9 * DAY) * NS), fid);
+	snprintf(logname, sizeof(logname), "%020" PRId64 "-%s", (int64_t)((T0 + 9 * DAY) * NS),
+		 fid);
 	obj_put(r, "sessions/s/log", logname, "", 0);
 	free(before);
 	before = store_listing();
@@ -1294,7 +1295,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sweep_by_reference, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_manifest_deletes_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_orphans_and_temp_files, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_rewrite_and_a_crash_in_between, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rewrite_and_a_crash_in_between, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_delta_keeps_base, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

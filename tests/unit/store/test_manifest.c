@@ -19,7 +19,6 @@
 #include "store/manifest.h"
 #include "store/objstore.h"
 
-
 static const uint8_t key[32] = "0123456789abcdef0123456789abcdef";
 static const uint8_t other_key[32] = "fedcba9876543210fedcba9876543210";
 
@@ -746,7 +745,7 @@ static struct st_manifest *parse_text(const char *body)
 	return m;
 }
 
-#define DELTA_HEADER(n)                                                                    \
+#define DELTA_HEADER(n)                                                                       \
 	"airlock-manifest 1\ntenant acme\nsession s-2\nparent -\nbase " ID1 " 8\ncreated 1\n" \
 	"entries " n "\n"
 #define C1 "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
@@ -854,8 +853,8 @@ static void test_delta_refused(void **state)
 	assert_int_equal(st_manifest_apply(parse_text(DELTA_HEADER("0")),
 					   parse_text(DELTA_HEADER("0")), NULL, &m, NULL),
 			 -EINVAL);
-	assert_int_equal(st_manifest_apply(parse_text(base_body), parse_text(base_body), NULL,
-					   &m, NULL),
+	assert_int_equal(st_manifest_apply(parse_text(base_body), parse_text(base_body), NULL, &m,
+					   NULL),
 			 -EINVAL);
 }
 
@@ -879,12 +878,11 @@ static void holes_fail(const char *line, const char *why)
 static void test_holes(void **state)
 {
 	/* Holes before, between and after chunks; a file that is all hole. */
-	static const char body[] =
-		HEADER2("4")
-		"f 0644 0 15000000000000 all-hole h15000000000000\n"
-		"f 0644 0 4194311 mixed h4194304," ID1 ",h2," ID2 ",h1\n"
-		"f 0644 0 10 plain " ID1 "\n"
-		"f 0644 0 0 zero -\n";
+	static const char body[] = HEADER2("4") "f 0644 0 15000000000000 all-hole h15000000000000\n"
+						"f 0644 0 4194311 mixed h4194304," ID1 ",h2," ID2
+						",h1\n"
+						"f 0644 0 10 plain " ID1 "\n"
+						"f 0644 0 0 zero -\n";
 	size_t len;
 	char *text = sign(body, &len);
 	struct st_manifest *m = parse_ok(text, len, NULL);
@@ -943,7 +941,8 @@ static void test_holes(void **state)
 	expect_fail(text, len, NULL, -EBADMSG, "a hole in a version 1 manifest");
 	free(text);
 	text = sign("airlock-manifest 3\ntenant acme\nsession s-1\nparent -\ncreated 1\n"
-		    "entries 0\n", &len);
+		    "entries 0\n",
+		    &len);
 	expect_fail(text, len, NULL, -EBADMSG, "version 1 or 2");
 	free(text);
 
@@ -961,7 +960,8 @@ static void test_holes(void **state)
 	holes_fail("f 0644 0 3 f h1," ID1 "," ID2 "," ID1, "chunk count does not fit");
 	holes_fail("f 0644 0 10 f " ID1 ",,h1", "64 hex digits");
 	holes_fail("f 0644 0 10 f " ID1 ",h1,", "64 hex digits");
-	holes_fail("f 0644 0 18446744073709551615 f h18446744073709551615,h1", "next to each other");
+	holes_fail("f 0644 0 18446744073709551615 f h18446744073709551615,h1",
+		   "next to each other");
 	holes_fail("f 0644 0 18446744073709551615 f h18446744073709551615," ID1 ",h1",
 		   "holes larger than the file");
 	holes_fail("d 0755 0 d h1", "wrong number of fields");

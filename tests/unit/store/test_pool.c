@@ -34,8 +34,8 @@ struct job {
 	bool slow; /* waits until the pool stops (a long job seeing the flag) */
 };
 
-static int counts[JOBS];	   /* runs of each job */
-static int dropped[JOBS];	   /* drops of each job */
+static int counts[JOBS];     /* runs of each job */
+static int dropped[JOBS];    /* drops of each job */
 static const bool *stopping; /* of the pool under test */
 static pthread_mutex_t count_lock = PTHREAD_MUTEX_INITIALIZER;
 
