@@ -17,6 +17,8 @@
 #   BENCH_GW_IDLE      idle intercepted connections [1000]
 #   BENCH_GW_IDLE_ROUNDS  idle-memory measurements per proxy [2]
 #   BENCH_GW_OUT       the JSON file [bench/results/gateway-<date>.json]
+#   BENCH_BEFORE       another build of airlock (a change's before): its
+#                      gateway runs as "airlock-before" in the same rounds
 # Needs root. Runs in a private network and mount namespace. Writes
 # bench/results/gateway-<date>.json. Exits non-zero when a step fails; never
 # on speed.
@@ -46,6 +48,11 @@ if [ "${_AIRLOCK_GW_BENCH_NS:-}" != 1 ]; then
 fi
 
 proxies=${BENCH_GW_PROXIES:-airlock squid mitmproxy}
+before_bin=${BENCH_BEFORE:-}
+if [ -n "$before_bin" ]; then
+	case $before_bin in /*) ;; *) before_bin=$PWD/$before_bin ;; esac
+	proxies="$proxies airlock-before"
+fi
 rounds=${BENCH_GW_ROUNDS:-5}
 secs=${BENCH_GW_SECONDS:-4}
 lat_secs=${BENCH_GW_LAT_SECONDS:-2}
@@ -66,6 +73,7 @@ esac
 for p in $proxies; do
 	case $p in
 	airlock) [ -x "$airlock" ] || die "no airlock binary at $airlock (build it, pass its path as \$1, or set BENCH_GW_PROXIES)" ;;
+	airlock-before) [ -x "$before_bin" ] || die "BENCH_BEFORE: no airlock binary at $before_bin" ;;
 	squid)
 		if [ ! -x /usr/sbin/squid ] || [ ! -x /usr/lib/squid/security_file_certgen ]; then
 			die "squid-openssl is missing (apt-get install squid-openssl; scripts/deps.sh --bench)"
@@ -89,6 +97,7 @@ port[direct]=443
 port[airlock]=8001
 port[squid]=8002
 port[mitmproxy]=8003
+port[airlock-before]=8004
 up_pid=
 
 stop_pid() { # PID: SIGTERM, then SIGKILL after 5 s; reaps it
@@ -219,17 +228,19 @@ wait_listen() { # NAME PORT PID [FILE that must exist]
 }
 
 declare -A cmdline=()
-start_airlock() {
-	local d=$work/airlock
+start_gateway() { # NAME BINARY
+	local n=$1 d=$work/$1
 	mkdir -p "$d"
 	rm -f "$d/ca.pem"
-	cmdline[airlock]="$airlock gateway --listen 127.0.0.1:${port[airlock]} --allow 127.0.0.1 --allow bench.test --upstream bench.test:443=127.0.0.1:443 --upstream-ca $upca --ca-out $d/ca.pem --audit $d/audit.log"
+	cmdline[$n]="$2 gateway --listen 127.0.0.1:${port[$n]} --allow 127.0.0.1 --allow bench.test --upstream bench.test:443=127.0.0.1:443 --upstream-ca $upca --ca-out $d/ca.pem --audit $d/audit.log"
 	# shellcheck disable=SC2086
-	${cmdline[airlock]} >>"$d/stdout.log" 2>>"$d/stderr.log" &
-	pid[airlock]=$!
-	wait_listen airlock "${port[airlock]}" "${pid[airlock]}" "$d/ca.pem"
-	cafile[airlock]=$d/ca.pem
+	${cmdline[$n]} >>"$d/stdout.log" 2>>"$d/stderr.log" &
+	pid[$n]=$!
+	wait_listen "$n" "${port[$n]}" "${pid[$n]}" "$d/ca.pem"
+	cafile[$n]=$d/ca.pem
 }
+start_airlock() { start_gateway airlock "$airlock"; }
+start_airlock-before() { start_gateway airlock-before "$before_bin"; }
 
 start_squid() {
 	local d=$work/squid
@@ -339,6 +350,7 @@ versions=$work/versions.txt
 		squid) echo "squid: $(squid -v | head -n 1)" ;;
 		mitmproxy) echo "mitmproxy: $(mitmdump --version 2>/dev/null | tr '\n' ' ')" ;;
 		airlock) echo "airlock: $("$airlock" --version 2>/dev/null | head -n 1 || echo '?')" ;;
+		airlock-before) echo "airlock-before: $before_bin: $("$before_bin" --version 2>/dev/null | head -n 1 || echo '?')" ;;
 		esac
 	done
 	echo "git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' (dirty)')"
@@ -401,7 +413,7 @@ loadavg_after=$(cut -d' ' -f1-3 /proc/loadavg)
 for p in $proxies; do
 	case $p in
 	squid) logf=$work/squid/log/access.log ;;
-	airlock) logf=$work/airlock/audit.log ;;
+	airlock | airlock-before) logf=$work/$p/audit.log ;;
 	*) continue ;;
 	esac
 	[ -s "$logf" ] || die "$p wrote no log ($logf)"

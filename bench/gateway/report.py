@@ -125,7 +125,7 @@ def main():
     ratios = {}
     if "airlock" in proxies:
         a = summary["airlock"]
-        for peer in ("mitmproxy", "squid"):
+        for peer in ("mitmproxy", "squid", "airlock-before"):
             if peer not in proxies:
                 continue
             b = summary[peer]

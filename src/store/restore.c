@@ -254,9 +254,16 @@ static int restore_all_files(struct st_repo *r, int root, const struct st_manife
 		states[made] = &wks[made];
 		rc = st_cas_reader_new(r->cas, &wks[made].rd, err);
 	}
+	/* Room for every batch: a job is two indexes and holds nothing, and
+	 * with a short queue this thread would sleep and be woken for each
+	 * batch a worker takes (a futex round trip per 8 files). */
+	size_t n_files = 0;
+	for (size_t i = 0; i < m->n_entries; i++)
+		n_files += m->entries[i].type == ST_FILE;
 	struct st_pool *p = NULL;
 	if (rc == 0)
-		rc = st_pool_start(&restore_pool, states, n_threads, 2 * n, &p, err);
+		rc = st_pool_start(&restore_pool, states, n_threads, n_files / RESTORE_BATCH + 1,
+				   &p, err);
 	/* Batches of RESTORE_BATCH files, in order. */
 	struct restore_job job = { 0 };
 	size_t files = 0;
