@@ -41,20 +41,35 @@ dirs=()
 for d in src tests/unit tests/integration/helpers fuzz bench; do
 	[ -d "$d" ] && dirs+=("$d")
 done
-mapfile -t sources < <(find "${dirs[@]}" -type f \( -name '*.c' -o -name '*.h' \) | sort)
+list=$(find "${dirs[@]}" -type f \( -name '*.c' -o -name '*.h' \)) || {
+	echo "checkformat: FAILED: cannot list the sources" >&2
+	exit 1
+}
+mapfile -t sources < <(sort <<<"$list" | sed '/^$/d')
+if [ ${#sources[@]} -eq 0 ]; then
+	echo "checkformat: FAILED: no C sources found under $root" >&2
+	exit 1
+fi
 if [ "$fix" -eq 1 ]; then
 	"$cf" -i --style=file "${sources[@]}"
 	exit $?
 fi
-bad=0
-for f in "${sources[@]}"; do
-	if ! "$cf" --dry-run --Werror --style=file "$f" >/dev/null 2>&1; then
-		echo "$f: not formatted (scripts/checkformat.sh --fix)"
-		bad=$((bad + 1))
-	fi
-done
-if [ "$bad" -ne 0 ]; then
-	echo "checkformat: FAILED: $bad of ${#sources[@]} files" >&2
+# One process for every file; each file not formatted is named in its
+# warnings ("FILE:LINE:COL: error: code should be clang-formatted").
+if out=$("$cf" --dry-run --Werror --style=file "${sources[@]}" 2>&1); then
+	echo "checkformat: ${#sources[@]} files formatted as .clang-format says"
+	exit 0
+fi
+mapfile -t bad < <(grep -oE '^[^:]+:[0-9]+:[0-9]+: (error|warning)' <<<"$out" | cut -d: -f1 |
+	sort -u | grep -Fxf <(printf '%s\n' "${sources[@]}"))
+if [ ${#bad[@]} -eq 0 ]; then
+	# Failed without naming a file: a broken style file, say.
+	printf '%s\n' "$out" | tail -n 20 >&2
+	echo "checkformat: FAILED: $cf failed" >&2
 	exit 1
 fi
-echo "checkformat: ${#sources[@]} files formatted as .clang-format says"
+for f in "${bad[@]}"; do
+	echo "$f: not formatted (scripts/checkformat.sh --fix)"
+done
+echo "checkformat: FAILED: ${#bad[@]} of ${#sources[@]} files" >&2
+exit 1

@@ -13,7 +13,7 @@ import os
 import statistics
 import sys
 
-TARGETS = {"ka_vs_mitmproxy": 10.0, "ka_vs_squid": 1.5, "added_p50_ms": 1.0, "idle_kib": 64.0}
+TARGETS = {"ka_vs_mitmproxy": 10.0, "ka_vs_squid": 1.5, "added_p50_ms": 1.0, "idle_kib": 32.0}
 
 
 def die(msg):
@@ -190,7 +190,7 @@ def main():
             targets_report["ka_rps_vs_squid >= 1.5x"] = ratios["airlock/squid"]["ka_rps"]
         targets_report["added_p50_ms_single_keepalive < 1"] = a["lat"].get("added_p50_ms")
         if "idle" in a:
-            targets_report["idle_rss_kib_per_conn < 64"] = a["idle"]["rss_per_conn_kib"]
+            targets_report["idle_rss_kib_per_conn < 32"] = a["idle"]["rss_per_conn_kib"]
         for peer in ("squid", "mitmproxy"):
             if f"airlock/{peer}" in ratios:
                 targets_report[f"ka_requests_per_proxy_cpu_second_vs_{peer} (CPU efficiency)"] = (

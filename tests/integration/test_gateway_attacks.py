@@ -339,10 +339,13 @@ class RawUpstream:
     """A plain TCP upstream on the host's loopback whose answer to each
     connection is `serve(sock)`, run in a thread per connection.
 
-    close() stops every thread before it closes a socket: a thread still
-    inside accept() or recv() when its descriptor is closed would go on with
-    whatever socket gets that number next (the next test's upstream),
-    taking its connections or the bytes they carry."""
+    close() stops every thread before it closes a socket. When it closed
+    them first, a later test's git clone through the gateway hung about one
+    run in five on a busy machine: a thread dump at the hang showed this
+    upstream's handler (of an earlier test) reading git's TLS ClientHello
+    from the later test's upstream connection, whose own server never saw
+    it: a thread of this class had gone on with a descriptor number that
+    the other server's socket had taken meanwhile."""
 
     def __init__(self, serve):
         self.sock = socket.socket()
@@ -374,6 +377,8 @@ class RawUpstream:
     def keep(self, c):
         """Makes c (a socket wrapping the accepted one) the one close() stops."""
         with self.lock:
+            if self.stop:
+                raise OSError("the test upstream is closing")
             self.conns[threading.current_thread()] = c
 
     def _one(self, c):
@@ -401,8 +406,9 @@ class RawUpstream:
             t.join(10)
             assert not t.is_alive(), "a test upstream's connection thread did not stop"
         self.sock.close()
-        for c in conns.values():
-            c.close()
+        with self.lock:  # as they are now: keep() may have replaced some
+            for c in self.conns.values():
+                c.close()
 
 
 def read_head(c):
@@ -679,11 +685,15 @@ class TLSRawUpstream(RawUpstream):
 
     def _one(self, c):
         try:
-            c = self.ctx.wrap_socket(c, server_side=True, do_handshake_on_connect=False)
-            self.keep(c)
-            c.do_handshake()
-            self.serve(self, c)
-        except (OSError, ssl.SSLError):
+            t = self.ctx.wrap_socket(c, server_side=True, do_handshake_on_connect=False)
+            try:
+                self.keep(t)
+            except OSError:
+                t.close()  # closing already: close() will not see this one
+                raise
+            t.do_handshake()
+            self.serve(self, t)
+        except Exception:  # noqa: BLE001 (an SSL socket shut down by close() mid-call)
             pass
 
 
