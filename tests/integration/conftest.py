@@ -9,6 +9,7 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -183,3 +184,38 @@ def uid_range_processes(base=UID_BASE, end=UID_END):
         except OSError:
             pass
     return found
+
+
+def deadline_poll(cond, seconds, what):
+    """cond()'s first true value, polled until seconds have passed."""
+    end = time.monotonic() + seconds
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def children(pid, comm=None):
+    """The processes whose parent is pid (named comm, when given)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+                name = st[st.index("(") + 1:st.rindex(")")]
+                if int(st.rsplit(")", 1)[1].split()[1]) == pid and comm in (None, name):
+                    out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def gateway_rss_kib(pid):
+    """Resident KiB of the one gateway process pid (a sandbox's supervisor) started."""
+    gws = children(pid, "airlock-gw")
+    assert len(gws) == 1, gws
+    with open(f"/proc/{gws[0]}/status") as f:
+        return int([l for l in f if l.startswith("VmRSS:")][0].split()[1])

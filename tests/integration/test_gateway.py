@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from conftest import put
+from conftest import deadline_poll, put
 from upstream import OTHER, OWNER, REPO, Upstreams
 
 SECRET_API = "sk-real-" + secrets.token_hex(16)
@@ -87,16 +87,6 @@ UPSTREAM_NAMES = ("api.example.test", "other.example.test", "gen.example.test", 
 
 def rid():
     return uuid.uuid4().hex
-
-
-def deadline_poll(cond, seconds, what):
-    end = time.monotonic() + seconds
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import put
+from conftest import gateway_rss_kib, put
 from upstream import make_certs
 
 SECRET = "sk-attack-" + secrets.token_hex(16)
@@ -419,15 +419,6 @@ def read_head(c):
             raise OSError("closed")
         buf += d
     return buf
-
-
-def gateway_rss_kib(supervisor_pid):
-    from test_gateway_forms import children
-    gws = [q for q in children(supervisor_pid)
-           if open(f"/proc/{q}/comm").read().strip() == "airlock-gw"]
-    assert len(gws) == 1, gws
-    with open(f"/proc/{gws[0]}/status") as f:
-        return int([l for l in f if l.startswith("VmRSS:")][0].split()[1])
 
 
 def asan_build(airlock):

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import put
+from conftest import gateway_rss_kib, put
 from test_gateway import (GRANT, OWNER, REPO, SECRET_API, SECRET_GH, SECRET_ODD, gw, gwfiles,  # noqa: F401
                           header, rid, seen, ups)
 
@@ -636,20 +636,6 @@ while not os.path.exists("/workspace/release"):
 """
 
 
-def children(pid):
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    st = f.read()
-                if int(st.rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(d))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
 def test_a_sandbox_bounds_what_the_gateway_holds_for_it(gw, ups):
     """A sandbox limited to 64 MiB opens 1500 intercepted connections and
     holds them: the gateway serves the first 512 (limits: connections),
@@ -669,10 +655,7 @@ def test_a_sandbox_bounds_what_the_gateway_holds_for_it(gw, ups):
             assert time.monotonic() < deadline, "the sandbox never held its connections"
             time.sleep(0.1)
         held, refused = map(int, holding.read_text().split())
-        gws = [q for q in children(p.pid) if open(f"/proc/{q}/comm").read().strip() == "airlock-gw"]
-        assert len(gws) == 1, gws
-        with open(f"/proc/{gws[0]}/status") as f:
-            rss_kib = int([l for l in f if l.startswith("VmRSS:")][0].split()[1])
+        rss_kib = gateway_rss_kib(p.pid)
     finally:
         (gw.ws / "release").touch()
         out, err = p.communicate(timeout=60)

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import GATEWAY_UID, UID_BASE, UID_END
+from conftest import GATEWAY_UID, UID_BASE, UID_END, children, deadline_poll
 
 # What the sandbox commands must not load (the gateway's and the store's
 # libraries and what they pull in).
@@ -26,16 +26,6 @@ HEAVY = ("libssl", "libcrypto", "libevent", "libjansson", "libarchive", "libz.so
 # gateway/internal.h and gateway/handover.h
 IPC_READY, IPC_ERROR, IPC_ATTACH, IPC_HANDOVER = 1, 2, 3, 7
 GW_MODE_RESTRICTED = 1
-
-
-def deadline_poll(cond, seconds, what):
-    end = time.monotonic() + seconds
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def helper(airlock, name):
@@ -216,21 +206,6 @@ def test_installed_layout(airlock, tmp_path):
 # ---------------------------------------------------------------------------
 # The gateway process: exec'd, with nothing of the caller's but its options.
 
-def gw_children(pid):
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    st = f.read()
-                comm = st[st.index("(") + 1:st.rindex(")")]
-                if comm == "airlock-gw" and int(st.rsplit(")", 1)[1].split()[1]) == pid:
-                    out.append(int(d))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
 def test_gateway_process_gets_nothing_of_the_caller(airlock, tmp_path):
     secret_file = tmp_path / "held-open"
     secret_file.write_text("caller's file")
@@ -243,7 +218,7 @@ def test_gateway_process_gets_nothing_of_the_caller(airlock, tmp_path):
                          pass_fds=(fd,))
     os.close(fd)
     try:
-        (gw,) = deadline_poll(lambda: gw_children(p.pid), 20, "the gateway process")
+        (gw,) = deadline_poll(lambda: children(p.pid, "airlock-gw"), 20, "the gateway process")
         deadline_poll(lambda: _has_child_sh(p.pid), 20, "the sandbox's command")
         exe = os.readlink(f"/proc/{gw}/exe")
         assert exe == str(helper(airlock, "airlock-gateway")), exe
