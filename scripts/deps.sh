@@ -4,7 +4,7 @@
 set -euo pipefail
 
 build=(meson ninja-build pkg-config gcc clang libseccomp-dev libyaml-dev libcmocka-dev
-       libjansson-dev libssl-dev libevent-dev libzstd-dev libarchive-dev zlib1g-dev
+       libjansson-dev libsqlite3-dev libssl-dev libevent-dev libzstd-dev libarchive-dev zlib1g-dev
        libbrotli-dev)
 test=(python3 python3-pytest python3-brotli python3-zstandard busybox-static util-linux iproute2
       procps curl git openssl nodejs clang-format)

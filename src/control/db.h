@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * The control plane's state: tenants, sessions, turns, events and
+ * checkpoints, in SQLite (WAL, foreign keys, a busy timeout, schema
+ * migrations in order, each applied in one transaction). Every state
+ * change is one transaction. Every row belongs to one tenant and every
+ * lookup takes the tenant: another tenant's id answers exactly like a
+ * missing one (-ENOENT, same message).
+ *
+ * Later the same interface gets a PostgreSQL implementation; nothing here
+ * exposes SQLite.
+ *
+ * Turn states: queued -> running -> succeeded | failed | cancelled.
+ * Terminal states never change: a completion that arrives after a cancel
+ * is recorded as ignored (-EALREADY, the row untouched but for the
+ * `late_outcome` column). One running turn per session (a claim takes the
+ * oldest queued turn only when none runs).
+ *
+ * A turn that is running records who runs it (host pid and its start
+ * time): ctl_db_recover() fails the running turns whose runner is gone
+ * (kill -9 of airlock mid-turn), with a reason, so nothing stays running.
+ *
+ * Every function returns 0 or a negative errno and fills err.
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+#define CTL_ID_LEN 16	     /* session ids: hex characters */
+#define CTL_TENANT_MAX 64    /* [A-Za-z0-9._-], 1..64 */
+#define CTL_NAME_MAX 64	     /* preset and agent names */
+#define CTL_CKPT_HEX 64	     /* checkpoint ids (the store's) */
+#define CTL_AGENT_SID_MAX 128 /* the agent's own session id */
+#define CTL_REASON_MAX 512
+#define CTL_SOURCE_MAX 1024
+
+struct ctl_db;
+
+int ctl_db_open(const char *path, struct ctl_db **ret, struct al_error *err);
+void ctl_db_close(struct ctl_db *db);
+
+/* True for a valid tenant name. */
+bool ctl_tenant_valid(const char *tenant);
+
+/* ---- sessions ---- */
+
+enum ctl_session_state {
+	CTL_SESSION_ACTIVE = 0,
+	CTL_SESSION_DELETING, /* being deleted: sandbox and checkpoints going */
+};
+
+struct ctl_session {
+	char id[CTL_ID_LEN + 1];
+	char tenant[CTL_TENANT_MAX + 1];
+	char preset[CTL_NAME_MAX + 1];
+	char agent[CTL_NAME_MAX + 1];
+	char source[CTL_SOURCE_MAX + 1]; /* "", a local path, or the GitHub URL */
+	char grant[CTL_SOURCE_MAX + 1];	 /* "github:OWNER/REPO" or "" */
+	char forked_from[CTL_CKPT_HEX + 1];	/* checkpoint it was forked from, or "" */
+	char last_checkpoint[CTL_CKPT_HEX + 1]; /* "" until the first one */
+	char agent_session[CTL_AGENT_SID_MAX + 1]; /* the agent's own id, "" before turn 1 */
+	char sandbox_id[32];			   /* the live sandbox, or "" */
+	char sandbox_checkpoint[CTL_CKPT_HEX + 1]; /* what the live sandbox holds */
+	enum ctl_session_state state;
+	int64_t created, updated; /* unix ms */
+	uint32_t turns;		  /* number of turns so far */
+};
+
+/* Inserts s (id, tenant, preset, agent, source, grant, forked_from,
+ * last_checkpoint as given; created/updated set here). -EEXIST if the id
+ * is taken. */
+int ctl_db_session_insert(struct ctl_db *db, const struct ctl_session *s, struct al_error *err);
+/* id may be a unique prefix (at least 4 characters); -ENOENT when none or
+ * another tenant's, -EINVAL ("ambiguous") when several. */
+int ctl_db_session_get(struct ctl_db *db, const char *tenant, const char *id,
+		       struct ctl_session *ret, struct al_error *err);
+/* Newest first. fn returning non-zero stops and is returned. */
+int ctl_db_session_list(struct ctl_db *db, const char *tenant,
+			int (*fn)(const struct ctl_session *s, void *ud), void *ud,
+			struct al_error *err);
+/* Records the live sandbox (id, and the checkpoint it holds); "" for none. */
+int ctl_db_session_set_sandbox(struct ctl_db *db, const char *tenant, const char *id,
+			       const char *sandbox_id, const char *checkpoint,
+			       struct al_error *err);
+int ctl_db_session_set_state(struct ctl_db *db, const char *tenant, const char *id,
+			     enum ctl_session_state state, struct al_error *err);
+/* Deletes the session and everything that belongs to it (turns, events,
+ * checkpoint rows). */
+int ctl_db_session_delete(struct ctl_db *db, const char *tenant, const char *id,
+			  struct al_error *err);
+
+/* ---- turns ---- */
+
+enum ctl_turn_state {
+	CTL_TURN_QUEUED = 0,
+	CTL_TURN_RUNNING,
+	CTL_TURN_SUCCEEDED,
+	CTL_TURN_FAILED,
+	CTL_TURN_CANCELLED,
+};
+const char *ctl_turn_state_name(enum ctl_turn_state s);
+static inline bool ctl_turn_state_terminal(enum ctl_turn_state s)
+{
+	return s >= CTL_TURN_SUCCEEDED;
+}
+
+struct ctl_usage {
+	uint64_t input_tokens, output_tokens, cache_read_tokens, cache_write_tokens;
+	double cost_usd;
+	bool have_cost; /* the agent reported a cost */
+};
+
+struct ctl_turn {
+	char session[CTL_ID_LEN + 1];
+	char tenant[CTL_TENANT_MAX + 1];
+	uint32_t n; /* 1, 2, ... within the session */
+	enum ctl_turn_state state;
+	char *prompt; /* owned: ctl_turn_clear */
+	char reason[CTL_REASON_MAX + 1]; /* why it failed or was cancelled; "" */
+	char checkpoint[CTL_CKPT_HEX + 1]; /* committed after it; "" */
+	struct ctl_usage usage;
+	int64_t queued_at, started_at, ended_at; /* unix ms; 0 not yet */
+	int32_t runner_pid;			 /* while running */
+	uint64_t runner_start;			 /* its start time (/proc stat field 22) */
+	char late_outcome[32]; /* a completion after a terminal state: its state name */
+};
+void ctl_turn_clear(struct ctl_turn *t);
+
+/* Queues a turn; *ret_n its number. */
+int ctl_db_turn_queue(struct ctl_db *db, const char *tenant, const char *session,
+		      const char *prompt, uint32_t *ret_n, struct al_error *err);
+/*
+ * When no turn of the session runs, moves its oldest queued turn to
+ * running, owned by (pid, start); fills *ret (0). -EBUSY when one runs,
+ * -ENOENT when none is queued.
+ */
+int ctl_db_turn_claim(struct ctl_db *db, const char *tenant, const char *session, int32_t pid,
+		      uint64_t start, struct ctl_turn *ret, struct al_error *err);
+/*
+ * Ends a running turn: state (succeeded or failed), reason, usage; on
+ * success also the checkpoint, which becomes the session's last one (its
+ * checkpoint row inserted) and the agent's session id — all in one
+ * transaction. -EALREADY (nothing changed but late_outcome) when the
+ * turn is already terminal (cancelled while this ran).
+ */
+int ctl_db_turn_finish(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
+		       enum ctl_turn_state state, const char *reason, const struct ctl_usage *usage,
+		       const char *checkpoint, const char *agent_session, struct al_error *err);
+/* Cancels a queued or running turn (the latest non-terminal one when n is
+ * 0), with reason; *ret_n the turn cancelled. -ENOENT when none is
+ * queued or running. */
+int ctl_db_turn_cancel(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
+		       const char *reason, uint32_t *ret_n, struct al_error *err);
+int ctl_db_turn_get(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
+		    struct ctl_turn *ret, struct al_error *err);
+/* Oldest first. */
+int ctl_db_turn_list(struct ctl_db *db, const char *tenant, const char *session,
+		     int (*fn)(const struct ctl_turn *t, void *ud), void *ud, struct al_error *err);
+/*
+ * Fails every running turn whose runner (pid and start time) is no longer
+ * alive, with reason "interrupted: airlock stopped while the turn ran"; the
+ * session's sandbox is forgotten (it may hold uncommitted state).
+ * *ret_n how many.
+ */
+int ctl_db_recover(struct ctl_db *db, unsigned *ret_n, struct al_error *err);
+
+/* ---- events ---- */
+
+/* Appends one event (kind: "text", "tool_call", "tool_result", "usage",
+ * "error", "status"; data: a JSON object as text, already bounded and
+ * redacted) to turn n; *ret_seq its sequence number within the session
+ * (1, 2, ...). */
+int ctl_db_event_append(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
+			const char *kind, const char *data, uint64_t *ret_seq, struct al_error *err);
+struct ctl_event_row {
+	uint64_t seq;
+	uint32_t turn;
+	int64_t at; /* unix ms */
+	const char *kind;
+	const char *data;
+};
+/* Events with seq > after, oldest first, at most limit (0: all). */
+int ctl_db_event_list(struct ctl_db *db, const char *tenant, const char *session, uint64_t after,
+		      size_t limit, int (*fn)(const struct ctl_event_row *e, void *ud), void *ud,
+		      struct al_error *err);
+
+/* ---- checkpoints ---- */
+
+struct ctl_checkpoint {
+	char id[CTL_CKPT_HEX + 1];
+	char session[CTL_ID_LEN + 1];
+	uint32_t turn; /* 0: the session's starting point (clone, copy, fork) */
+	char parent[CTL_CKPT_HEX + 1];
+	int64_t created;
+};
+/* Records a checkpoint that is not a turn's (the starting point); it
+ * becomes the session's last one. */
+int ctl_db_checkpoint_add(struct ctl_db *db, const char *tenant, const char *session,
+			  const char *id, const char *parent, struct al_error *err);
+/* id: full or a unique prefix (at least 4), within the tenant. */
+int ctl_db_checkpoint_get(struct ctl_db *db, const char *tenant, const char *id,
+			  struct ctl_checkpoint *ret, struct al_error *err);
+int ctl_db_checkpoint_list(struct ctl_db *db, const char *tenant, const char *session,
+			   int (*fn)(const struct ctl_checkpoint *c, void *ud), void *ud,
+			   struct al_error *err);
