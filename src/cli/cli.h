@@ -94,3 +94,5 @@ int cmd_sandbox(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_gateway(int argc, char **argv);
 int cmd_checkpoint(int argc, char **argv);
+/* run, turn, session, events, diff, fork, cancel, vault: in airlock-control */
+int cmd_control(int argc, char **argv);

@@ -15,6 +15,7 @@
 #include "gateway/gateway.h"
 
 #define CHECKPOINT_HELPER "airlock-checkpoint"
+#define CONTROL_HELPER "airlock-control"
 
 static int cmd_version(int argc, char **argv)
 {
@@ -32,6 +33,11 @@ static int run_checkpoint(int argc, char **argv)
 	return cli_exec_helper(CHECKPOINT_HELPER, argc, argv);
 }
 
+static int run_control(int argc, char **argv)
+{
+	return cli_exec_helper(CONTROL_HELPER, argc, argv);
+}
+
 static int cmd_help(int argc, char **argv);
 
 /* Every command, once: dispatch and help both come from here. */
@@ -41,6 +47,16 @@ static const struct {
 	const char *synopsis;
 	const char *help;
 } commands[] = {
+	{ "run", run_control, "[--preset NAME] [--repo DIR|URL] [--session ID] PROMPT",
+	  "an agent's turn in a sandbox, with a checkpoint after it" },
+	{ "turn", run_control, "SESSION PROMPT", "the next turn of a session" },
+	{ "session", run_control, "list|show|rm", "sessions" },
+	{ "events", run_control, "SESSION [--follow] [--json]", "a session's agent events" },
+	{ "diff", run_control, "SESSION [TURN] [--text]", "what a turn changed" },
+	{ "fork", run_control, "SESSION|CHECKPOINT", "a new session from a checkpoint" },
+	{ "cancel", run_control, "SESSION", "cancel a session's running or queued turn" },
+	{ "vault", run_control, "set NAME|rm NAME|list",
+	  "the credentials the gateway injects (values from standard input)" },
 	{ "sandbox", cmd_sandbox, "run|create|exec|list|destroy|audit|policy|gc",
 	  "Linux sandboxes, with their egress gateway" },
 	{ "gateway", run_gateway, "--listen ADDR:PORT [OPTIONS]",

@@ -530,7 +530,7 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 		_cleanup_config_doc_ struct config_doc *doc = NULL;
 		rc = o->policy_file ?
 			     config_load_file(o->policy_file, &doc, err) :
-			     config_load_string("policy", o->policy_text, o->policy_len, &doc, err);
+			     config_load_string(o->policy_name ? o->policy_name : "policy", o->policy_text, o->policy_len, &doc, err);
 		if (rc < 0)
 			return rc;
 		static const char *const extra[] = { "credentials", "upstreams", "hosts",
@@ -614,7 +614,7 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 		cfg->vault_file = strdup(o->vault_file);
 		if (!cfg->vault_file)
 			return al_error_set(err, -ENOMEM, "out of memory");
-	} else if (cfg->n_creds) {
+	} else if (cfg->n_creds && !o->policy_only) {
 		return al_error_set(err, -EINVAL,
 				    "the policy names credentials but no --vault was given");
 	}

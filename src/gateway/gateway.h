@@ -54,6 +54,7 @@ struct gw_options {
 	const char *label;	 /* sandbox id or "standalone": CA subject, audit lines */
 	const char *policy_file; /* NULL: none (see docs/gateway.md) */
 	const char *policy_text; /* or the same format in memory (policy_file NULL) */
+	const char *policy_name; /* what messages call policy_text; NULL: "policy" */
 	size_t policy_len;
 	char *const *allow; /* --allow RULE: HOST[:PORT][/PATH-PREFIX] */
 	size_t n_allow;
@@ -64,6 +65,7 @@ struct gw_options {
 	char *const *upstream_cas; /* --upstream-ca FILE (PEM) */
 	size_t n_upstream_cas;
 	const char *vault_file; /* NULL: no credentials */
+	bool policy_only;	/* checking a configuration: credentials need no vault yet */
 	bool many_clients;	/* `airlock gateway`: one listener for a whole host, so
 					* limits.connections defaults to its maximum and the
 					* audit log is not bounded unless limits.audit_max is set */

@@ -130,6 +130,13 @@ int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest
 /* The latest checkpoint of a session ("" when none). */
 int st_session_latest(struct st_repo *r, const char *session, char out[ST_ID_HEX + 1],
 		      struct al_error *err);
+/* Makes checkpoint id (this repository's) the session's starting point:
+ * a log entry and its latest, as a commit writes them, so that GC keeps
+ * it for this session whatever becomes of the one that made it. */
+int st_session_adopt(struct st_repo *r, const char *session, const char *id, struct al_error *err);
+/* Deletes every reference the session has (log, latest, stat cache); GC
+ * then collects what no other session refers to. */
+int st_session_delete(struct st_repo *r, const char *session, struct al_error *err);
 
 /* Appends "A path", "D path", "M path" lines (and unified diffs of changed
  * text files when with_text) for checkpoint a -> b. */

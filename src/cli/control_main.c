@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* airlock-control: `airlock run`, `session`, `turn` ... run here (airlock
+ * execs it), with the control plane's libraries. */
+#include <sys/prctl.h>
+
+#include "cli/cli.h"
+
+int main(int argc, char **argv)
+{
+	int r = cli_init();
+	if (r)
+		return r;
+	prctl(PR_SET_NAME, "airlock", 0, 0, 0);
+	if (argc < 2)
+		return cli_fail("this is airlock's control program: run `airlock run`");
+	return cmd_control(argc - 1, argv + 1);
+}

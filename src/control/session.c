@@ -1,0 +1,1482 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Sessions and turns (session.h).
+ *
+ * On disk, under the state directory (root's, 0700):
+ *
+ *   airlock.db                      the state (db.h)
+ *   checkpoint.key                  the store's HMAC key
+ *   store/                          the checkpoint store (unless moved)
+ *   tools/<preset version>/         what a preset's setup installed (shared,
+ *                                   read-only in sessions at /opt/airlock)
+ *   sessions/<tenant>/<id>/         a session's directory (root's, 0700):
+ *       tree-<n>/workspace, home    a sandbox's files, owned by the
+ *                                   workspace uid (root inside)
+ *       current                     which tree the live sandbox uses
+ *       audit.jsonl                 every egress decision of its sandboxes
+ *
+ * A tree is made for each sandbox (restored from the checkpoint it starts
+ * from) and removed with it; a checkpoint is a snapshot of the whole tree,
+ * the agent's history with the files.
+ */
+#include "control/session.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/encode.h"
+#include "common/fdutil.h"
+#include "common/parse.h"
+#include "common/redact.h"
+#include "control/agentout.h"
+#include "control/net.h"
+#include "control/settings.h"
+#include "control/vault.h"
+#include "gateway/gateway.h"
+#include "store/checkpoint.h"
+#include "store/gc.h"
+
+#define PATH_MAX_CTL 4096
+#define WAIT_STEP_MS 200
+
+static int64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void progress(const struct ctl_observer *o, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void progress(const struct ctl_observer *o, const char *fmt, ...)
+{
+	if (!o || !o->progress)
+		return;
+	char line[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	o->progress(line, o->ud);
+}
+
+static int fmt_path(char *out, size_t size, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int fmt_path(char *out, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(out, size, fmt, ap);
+	va_end(ap);
+	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+/* mkdir that accepts an existing directory (not a link) with any owner
+ * only when it is root's and not writable by others. */
+static int mkdir_private(const char *path, mode_t mode, struct al_error *err)
+{
+	if (mkdir(path, mode) < 0 && errno != EEXIST)
+		return al_error_set_errno(err, -errno, "cannot create %s", path);
+	struct stat st;
+	if (lstat(path, &st) < 0)
+		return al_error_set_errno(err, -errno, "%s", path);
+	if (!S_ISDIR(st.st_mode))
+		return al_error_set(err, -ENOTDIR, "%s is not a directory", path);
+	if (st.st_uid != 0 || (st.st_mode & 022))
+		return al_error_set(err, -EPERM,
+				    "%s must be root's and writable by root alone (chmod go-w)", path);
+	return 0;
+}
+
+/* Removes a tree without following any link (the trees hold what a
+ * sandbox wrote). */
+static int rm_tree_at(int dfd, const char *name)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ENOTDIR || errno == ELOOP)
+			return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+		return errno == ENOENT ? 0 : -errno;
+	}
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -errno;
+	}
+	int r = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN)
+			r = rm_tree_at(dirfd(d), de->d_name);
+		else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT)
+			r = -errno;
+		if (r < 0)
+			break;
+	}
+	closedir(d);
+	if (r < 0)
+		return r;
+	return unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+static int rm_tree(const char *path)
+{
+	return rm_tree_at(AT_FDCWD, path);
+}
+
+/* ---- the context ---- */
+
+static bool tenant_ok(const char *t, struct al_error *err)
+{
+	/* The store's rule (it names directories): a-z, 0-9, '_', '-'. */
+	size_t n = strlen(t);
+	bool ok = n > 0 && n <= 64 && t[0] != '-';
+	for (size_t i = 0; ok && i < n; i++)
+		ok = (t[i] >= 'a' && t[i] <= 'z') || (t[i] >= '0' && t[i] <= '9') || t[i] == '_' ||
+		     t[i] == '-';
+	if (!ok)
+		al_error_set(err, -EINVAL,
+			     "a tenant is 1-64 of a-z, 0-9, '_' and '-', not starting with '-'");
+	return ok;
+}
+
+static int add_secret(const char *name, const char *value, size_t len, void *ud)
+{
+	/* Too short to redact safely: the gateway refuses those anyway. */
+	int r = redactor_add(ud, value, len);
+	return r == -EINVAL ? 0 : r;
+}
+
+int ctl_ctx_open(struct ctl_ctx *c, const char *conf_path, struct al_error *err)
+{
+	memset(c, 0, sizeof(*c));
+	int r = ctl_conf_load(conf_path, &c->conf, err);
+	if (r < 0)
+		return r;
+	r = ctl_settings_from_env(&c->set, &c->gw_uid, err);
+	if (r < 0)
+		return r;
+	uint32_t first, end;
+	sbx_settings_uids(&c->set, &first, &end);
+	uint32_t wu = c->conf->workspace_uid;
+	if (wu == c->gw_uid || (wu >= first && wu < end))
+		return al_error_set(err, -EINVAL,
+				    "workspace_uid %u is the gateway's or a sandbox's uid: choose "
+				    "another",
+				    wu);
+	const char *sd = c->conf->state_dir;
+	char path[PATH_MAX_CTL];
+	if ((r = mkdir_private(sd, 0700, err)) < 0)
+		return r;
+	if (fmt_path(path, sizeof(path), "%s/sessions", sd) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
+	if ((r = mkdir_private(path, 0700, err)) < 0)
+		return r;
+	if (fmt_path(path, sizeof(path), "%s/airlock.db", sd) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
+	if ((r = ctl_db_open(path, &c->db, err)) < 0)
+		return r;
+	if (fmt_path(path, sizeof(path), "%s/checkpoint.key", sd) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
+	if ((r = st_key_load(path, true, &c->key, &c->keylen, err)) < 0)
+		return r;
+	if ((r = redactor_new(&c->red)) < 0)
+		return al_error_set(err, r, "out of memory");
+	/* Every vault value is redacted from what the agents print. */
+	if ((r = ctl_vault_each(c->conf->vault, add_secret, c->red, err)) < 0)
+		return r;
+	unsigned n = 0;
+	return ctl_db_recover(c->db, &n, err);
+}
+
+void ctl_ctx_close(struct ctl_ctx *c)
+{
+	ctl_db_close(c->db);
+	ctl_conf_free(c->conf);
+	if (c->key) {
+		explicit_bzero(c->key, c->keylen);
+		free(c->key);
+	}
+	redactor_free(c->red);
+	memset(c, 0, sizeof(*c));
+}
+
+static int repo_open(struct ctl_ctx *c, const char *tenant, struct st_repo **ret,
+		     struct al_error *err)
+{
+	struct st_repo_opts o = { .store_dir = c->conf->store_dir,
+				  .tenant = tenant,
+				  .key = c->key,
+				  .keylen = c->keylen };
+	return st_repo_open(&o, ret, err);
+}
+
+static void repo_closep(struct st_repo **r)
+{
+	if (*r)
+		st_repo_close(*r);
+}
+#define _cleanup_repo_ _cleanup_(repo_closep)
+
+static int session_dir(const struct ctl_ctx *c, const char *tenant, const char *id, char *out,
+		       size_t size)
+{
+	return fmt_path(out, size, "%s/sessions/%s/%s", c->conf->state_dir, tenant, id);
+}
+
+/* ---- GitHub URLs ---- */
+
+static bool gh_name_ok(const char *s, size_t n)
+{
+	if (n == 0 || n > 100 || s[0] == '-' || s[0] == '.')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		      ch == '-' || ch == '_' || ch == '.'))
+			return false;
+	}
+	return !(n == 1 && s[0] == '.') && !(n == 2 && s[0] == '.' && s[1] == '.');
+}
+
+int ctl_github_url_parse(const char *url, char *owner, size_t osize, char *repo, size_t rsize,
+			 struct al_error *err)
+{
+	static const char prefix[] = "https://github.com/";
+	if (strncmp(url, prefix, sizeof(prefix) - 1) != 0)
+		return al_error_set(err, -EINVAL,
+				    "a repository is https://github.com/OWNER/REPO (no other "
+				    "scheme, host, port or user)");
+	const char *p = url + sizeof(prefix) - 1;
+	const char *slash = strchr(p, '/');
+	if (!slash)
+		return al_error_set(err, -EINVAL, "a repository is https://github.com/OWNER/REPO");
+	size_t on = (size_t)(slash - p);
+	const char *r = slash + 1;
+	size_t rn = strlen(r);
+	if (rn > 4 && strcmp(r + rn - 4, ".git") == 0)
+		rn -= 4;
+	if (rn && r[rn - 1] == '/')
+		rn--;
+	if (!gh_name_ok(p, on) || !gh_name_ok(r, rn) || memchr(r, '/', rn) || on >= osize ||
+	    rn >= rsize)
+		return al_error_set(err, -EINVAL,
+				    "a repository is https://github.com/OWNER/REPO, each part "
+				    "letters, digits, '-', '_' or '.' (not starting with '-' or '.')");
+	/* Only what the check above allowed may follow. */
+	size_t tail = strlen(r) - rn;
+	if (tail && strcmp(r + rn, ".git") != 0 && strcmp(r + rn, "/") != 0 &&
+	    strcmp(r + rn, ".git/") != 0)
+		return al_error_set(err, -EINVAL, "a repository is https://github.com/OWNER/REPO");
+	memcpy(owner, p, on);
+	owner[on] = '\0';
+	memcpy(repo, r, rn);
+	repo[rn] = '\0';
+	return 0;
+}
+
+/* ---- ids ---- */
+
+static void random_hex(char *out, size_t chars)
+{
+	uint8_t b[32];
+	size_t n = (chars + 1) / 2;
+	if (getrandom(b, n, 0) != (ssize_t)n)
+		abort(); /* the kernel's random source cannot fail once seeded */
+	char hex[65];
+	enc_hex(b, n, hex);
+	memcpy(out, hex, chars);
+	out[chars] = '\0';
+}
+
+static void random_uuid(char out[37])
+{
+	uint8_t b[16];
+	if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+		abort();
+	b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);
+	b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
+	char hex[33];
+	enc_hex(b, 16, hex);
+	snprintf(out, 37, "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16, hex + 20);
+}
+
+/* The agent's session id comes from the agent's output: it becomes an
+ * argument next turn, so it must look like an id and never like an option. */
+static bool agent_sid_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > CTL_AGENT_SID_MAX || s[0] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		      ch == '-' || ch == '_' || ch == '.' || ch == ':'))
+			return false;
+	}
+	return true;
+}
+
+/* ---- trees ---- */
+
+static int mkdir_owned_at(int dfd, const char *name, mode_t mode, uint32_t uid)
+{
+	if (mkdirat(dfd, name, mode) < 0)
+		return -errno;
+	_cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fchown(fd, uid, uid) < 0 || fchmod(fd, mode) < 0)
+		return -errno;
+	return 0;
+}
+
+/* A new, empty tree: tree-<n>/{workspace,home} in the session's directory. */
+static int tree_new(struct ctl_ctx *c, const char *sdir, char *name, size_t size,
+		    struct al_error *err)
+{
+	char rnd[9];
+	random_hex(rnd, 8);
+	snprintf(name, size, "tree-%s", rnd);
+	char path[PATH_MAX_CTL];
+	if (fmt_path(path, sizeof(path), "%s/%s", sdir, name) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	uint32_t u = c->conf->workspace_uid;
+	int r = mkdir_owned_at(AT_FDCWD, path, 0755, u);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot create %s", path);
+	_cleanup_close_ int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0 || (r = mkdir_owned_at(dfd, "workspace", 0755, u)) < 0 ||
+	    (r = mkdir_owned_at(dfd, "home", 0700, u)) < 0)
+		return al_error_set_errno(err, dfd < 0 ? -errno : r, "cannot create %s", path);
+	return 0;
+}
+
+/* A tree restored from a checkpoint, owned by the workspace uid. */
+static int tree_restore(struct ctl_ctx *c, struct st_repo *repo, const char *sdir,
+			const char *ckpt, char *name, size_t size, struct al_error *err)
+{
+	char rnd[9];
+	random_hex(rnd, 8);
+	snprintf(name, size, "tree-%s", rnd);
+	char path[PATH_MAX_CTL];
+	if (fmt_path(path, sizeof(path), "%s/%s", sdir, name) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	struct st_restore_opts ro = { .chown = true,
+				      .uid = c->conf->workspace_uid,
+				      .gid = c->conf->workspace_uid };
+	int r = st_restore_with(repo, ckpt, path, &ro, err);
+	if (r < 0)
+		return r;
+	/* Both halves must be there whatever the checkpoint held. */
+	_cleanup_close_ int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return al_error_set_errno(err, -errno, "%s", path);
+	const char *const parts[] = { "workspace", "home" };
+	for (size_t i = 0; i < 2; i++) {
+		struct stat st;
+		if (fstatat(dfd, parts[i], &st, AT_SYMLINK_NOFOLLOW) == 0) {
+			if (!S_ISDIR(st.st_mode))
+				return al_error_set(err, -EBADMSG,
+						    "checkpoint %.12s: %s is not a directory", ckpt,
+						    parts[i]);
+			continue;
+		}
+		r = mkdir_owned_at(dfd, parts[i], i ? 0700 : 0755, c->conf->workspace_uid);
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot create %s/%s", path, parts[i]);
+	}
+	return 0;
+}
+
+static int current_get(const char *sdir, char *name, size_t size)
+{
+	char path[PATH_MAX_CTL];
+	if (fmt_path(path, sizeof(path), "%s/current", sdir) < 0)
+		return -ENAMETOOLONG;
+	char *text = NULL;
+	size_t len = 0;
+	int r = read_file_bounded(AT_FDCWD, path, 64, &text, &len);
+	if (r < 0)
+		return r;
+	if (len == 0 || len >= size || strncmp(text, "tree-", 5) != 0 || memchr(text, '/', len)) {
+		free(text);
+		return -EBADMSG;
+	}
+	memcpy(name, text, len);
+	name[len] = '\0';
+	free(text);
+	return 0;
+}
+
+static int current_set(const char *sdir, const char *name)
+{
+	char path[PATH_MAX_CTL], tmp[PATH_MAX_CTL];
+	if (fmt_path(path, sizeof(path), "%s/current", sdir) < 0 ||
+	    fmt_path(tmp, sizeof(tmp), "%s/current.tmp", sdir) < 0)
+		return -ENAMETOOLONG;
+	(void)unlink(tmp);
+	int r = write_file_at(AT_FDCWD, tmp, name);
+	if (r < 0)
+		return r;
+	return rename(tmp, path) < 0 ? -errno : 0;
+}
+
+/* Removes every tree but keep (NULL: all). */
+static void trees_prune(const char *sdir, const char *keep)
+{
+	DIR *d = opendir(sdir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, "tree-", 5) != 0 || (keep && strcmp(de->d_name, keep) == 0))
+			continue;
+		(void)rm_tree_at(dirfd(d), de->d_name);
+	}
+	closedir(d);
+}
+
+/* ---- the preset's setup ---- */
+
+/* ---- sandboxes ---- */
+
+struct find_sandbox {
+	const char *id;
+	bool running;
+};
+
+static int find_sandbox_fn(const struct sbx_info *info, void *ud)
+{
+	struct find_sandbox *f = ud;
+	if (strcmp(info->id, f->id) == 0)
+		f->running = info->running;
+	return 0;
+}
+
+/* Whether the sandbox still runs. */
+static bool sandbox_alive(const struct ctl_ctx *c, const char *id)
+{
+	struct al_error e = { 0 };
+	struct find_sandbox f = { id, false };
+	int r = sbx_list(&c->set, find_sandbox_fn, &f, &e);
+	return r >= 0 && f.running;
+}
+
+static void sandbox_discard(struct ctl_ctx *c, const struct ctl_session *s)
+{
+	if (!s->sandbox_id[0])
+		return;
+	struct al_error e = { 0 };
+	(void)sbx_destroy(&c->set, s->sandbox_id, &e);
+	(void)ctl_db_session_set_sandbox(c->db, s->tenant, s->id, "", "", &e);
+}
+
+static int vault_has(const struct ctl_ctx *c, const struct ctl_preset *p, struct al_error *err)
+{
+	/* Whether the vault exists is all this process may know of it: the
+	 * gateway names a missing entry. */
+	struct stat st;
+	if (p->network == SBX_NETWORK_NONE || p->agent->n_hosts == 0)
+		return 0;
+	if (stat(c->conf->vault, &st) < 0)
+		return al_error_set(err, -ENOENT,
+				    "no vault at %s: add the %s key with `airlock vault set %s` "
+				    "(it reads the key from standard input)",
+				    c->conf->vault, p->agent->hosts[0].secret,
+				    p->agent->hosts[0].secret);
+	return 0;
+}
+
+struct sandbox_req {
+	const struct ctl_preset *preset;
+	const char *workspace, *home;
+	const char *tools; /* the preset's tools directory, or NULL */
+	const char *grant; /* "github:OWNER/REPO" or NULL */
+	const char *audit;
+	bool setup; /* the setup's sandbox: its own policy, tools writable */
+};
+
+static int sandbox_start(struct ctl_ctx *c, const struct sandbox_req *q, char id[SBX_ID_LEN + 1],
+			 struct al_error *err)
+{
+	const struct ctl_preset *p = q->preset;
+	int r = vault_has(c, p, err);
+	if (r < 0)
+		return r;
+	struct sbx_spec spec = {
+		.image = p->image,
+		.workspace = q->workspace,
+		.home = q->home,
+		.home_path = p->agent->home,
+		.tools = q->tools,
+		.tools_writable = q->setup,
+		.network = p->network,
+		.memory_bytes = p->limits.memory,
+		.pids = p->limits.pids,
+		.cpus = p->limits.cpus,
+		.env = p->env,
+		.n_env = p->n_env,
+	};
+	char *grants[1] = { (char *)q->grant };
+	const char *policy = q->setup && p->setup_policy ? p->setup_policy : p->policy;
+	struct gw_options g = {
+		.mode = p->network == SBX_NETWORK_OPEN ? GW_MODE_OPEN : GW_MODE_RESTRICTED,
+		.label = "sandbox",
+		.policy_text = policy,
+		.policy_len = policy ? strlen(policy) : 0,
+		.policy_name = p->policy_name,
+		.grants = grants,
+		.n_grants = q->grant ? 1 : 0,
+		.upstream_cas = p->upstream_cas,
+		.n_upstream_cas = p->n_upstream_cas,
+		.vault_file = c->conf->vault,
+	};
+	if (q->setup && p->network == SBX_NETWORK_NONE)
+		spec.network = SBX_NETWORK_RESTRICTED;
+	struct ctl_net_opts no = { .gw = &g,
+				   .set = &c->set,
+				   .gw_uid = c->gw_uid,
+				   .audit_file = q->audit,
+				   .detach = true,
+				   .log_fd = -1 };
+	struct ctl_net n;
+	ctl_net_init(&n);
+	r = ctl_net_setup(&n, &no, &spec, err);
+	if (r < 0) {
+		ctl_net_done(&n, false);
+		return r;
+	}
+	r = sbx_create(&c->set, &spec, id, err);
+	ctl_net_done(&n, r >= 0);
+	return r;
+}
+
+/* Runs argv in sandbox id, its output to the caller's progress lines. */
+static int run_logged(struct ctl_ctx *c, const char *id, char *const *argv, uint64_t timeout_ms,
+		      int out_fd, struct sbx_result *res, struct al_error *err)
+{
+	struct sbx_exec_opts o = {
+		.cwd = "/workspace",
+		.timeout_ms = timeout_ms,
+		.output_limit = 64u << 20,
+		.stdin_fd = -1,
+		.stdout_fd = out_fd,
+		.stderr_fd = out_fd,
+	};
+	return sbx_exec(&c->set, id, argv, &o, res, err);
+}
+
+static const char *result_text(const struct sbx_result *r, char *buf, size_t size)
+{
+	switch (r->outcome) {
+	case SBX_EXITED:
+		snprintf(buf, size, "exit status %d", r->status);
+		break;
+	case SBX_SIGNALED:
+		snprintf(buf, size, "killed by signal %d", r->status);
+		break;
+	case SBX_TIMED_OUT:
+		snprintf(buf, size, "timed out");
+		break;
+	case SBX_OOM_KILLED:
+		snprintf(buf, size, "killed by the memory limit");
+		break;
+	case SBX_INTERRUPTED:
+		snprintf(buf, size, "interrupted");
+		break;
+	}
+	return buf;
+}
+
+static bool result_ok(const struct sbx_result *r)
+{
+	return r->outcome == SBX_EXITED && r->status == 0;
+}
+
+/*
+ * The preset's setup, once per version: installs the agent (npm, into
+ * CTL_TOOLS_PATH) and runs the preset's commands in a sandbox whose tools
+ * directory is writable, under the setup's policy. Made in a temporary
+ * directory and renamed into place: a directory under tools/ is whole.
+ */
+static int preset_setup(struct ctl_ctx *c, const struct ctl_preset *p,
+			const struct ctl_observer *obs, int log_fd, char *ret_dir, size_t size,
+			struct al_error *err)
+{
+	char tools[PATH_MAX_CTL], lockp[PATH_MAX_CTL];
+	if (fmt_path(ret_dir, size, "%s/tools/%s", c->conf->state_dir, p->version) < 0 ||
+	    fmt_path(tools, sizeof(tools), "%s/tools", c->conf->state_dir) < 0 ||
+	    fmt_path(lockp, sizeof(lockp), "%s/tools/%s.lock", c->conf->state_dir, p->version) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
+	int r = mkdir_private(tools, 0700, err);
+	if (r < 0)
+		return r;
+	struct stat st;
+	if (p->agent->n_install == 0 && p->n_setup == 0) {
+		ret_dir[0] = '\0';
+		return 0;
+	}
+	if (lstat(ret_dir, &st) == 0 && S_ISDIR(st.st_mode))
+		return 0;
+	_cleanup_close_ int lock = open(lockp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (lock < 0 || flock(lock, LOCK_EX) < 0)
+		return al_error_set_errno(err, -errno, "cannot lock %s", lockp);
+	if (lstat(ret_dir, &st) == 0 && S_ISDIR(st.st_mode))
+		return 0; /* another caller set it up meanwhile */
+	progress(obs, "setting up preset %s (once per version: %s)", p->name, p->version);
+	char tmp[PATH_MAX_CTL], scratch[PATH_MAX_CTL];
+	if (fmt_path(tmp, sizeof(tmp), "%s.tmp", ret_dir) < 0 ||
+	    fmt_path(scratch, sizeof(scratch), "%s.scratch", ret_dir) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	(void)rm_tree(tmp);
+	(void)rm_tree(scratch);
+	uint32_t u = c->conf->workspace_uid;
+	if ((r = mkdir_owned_at(AT_FDCWD, tmp, 0755, u)) < 0 ||
+	    (r = mkdir_owned_at(AT_FDCWD, scratch, 0755, u)) < 0)
+		return al_error_set_errno(err, r, "cannot create %s", tmp);
+	struct sandbox_req q = {
+		.preset = p, .workspace = scratch, .tools = tmp, .setup = true
+	};
+	char id[SBX_ID_LEN + 1];
+	r = sandbox_start(c, &q, id, err);
+	if (r < 0)
+		goto out;
+	/* The agent from the npm registry, then the operator's commands. */
+	for (size_t i = 0; r >= 0 && i <= p->n_setup; i++) {
+		const char *argv_npm[4 + 64] = { "npm", "install", "--global",
+						 "--prefix=" CTL_TOOLS_PATH };
+		const char *argv_sh[4] = { "/bin/sh", "-ec", NULL, NULL };
+		const char *const *argv;
+		if (i == 0) {
+			if (p->agent->n_install == 0)
+				continue;
+			size_t k = 4;
+			for (size_t j = 0; j < p->agent->n_install && k < ARRAY_SIZE(argv_npm) - 1;
+			     j++)
+				argv_npm[k++] = p->agent->install[j];
+			argv = argv_npm;
+			progress(obs, "setup: npm install %s", p->agent->install[0]);
+		} else {
+			argv_sh[2] = p->setup[i - 1];
+			argv = argv_sh;
+			progress(obs, "setup: %s", p->setup[i - 1]);
+		}
+		struct sbx_result res;
+		r = run_logged(c, id, (char *const *)argv, 30 * 60 * 1000, log_fd, &res, err);
+		if (r >= 0 && !result_ok(&res)) {
+			char why[64];
+			r = al_error_set(err, -EIO, "preset %s: setup step %zu failed (%s)", p->name,
+					 i, result_text(&res, why, sizeof(why)));
+		}
+	}
+	struct al_error e2 = { 0 };
+	(void)sbx_destroy(&c->set, id, &e2);
+	if (r >= 0 && rename(tmp, ret_dir) < 0)
+		r = al_error_set_errno(err, -errno, "cannot rename %s", tmp);
+out:
+	(void)rm_tree(scratch);
+	if (r < 0)
+		(void)rm_tree(tmp);
+	return r;
+}
+
+/* ---- sessions ---- */
+
+/* A sandbox for the session holding checkpoint ckpt in a tree of the
+ * session's directory (made here unless tree is given). */
+static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
+			   const struct ctl_preset *p, const char *tree, const char *ckpt,
+			   const struct ctl_observer *obs, struct al_error *err)
+{
+	char sdir[PATH_MAX_CTL], tools[PATH_MAX_CTL], name[32];
+	if (session_dir(c, s->tenant, s->id, sdir, sizeof(sdir)) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	int r = preset_setup(c, p, obs, -1, tools, sizeof(tools), err);
+	if (r < 0)
+		return r;
+	if (tree) {
+		snprintf(name, sizeof(name), "%s", tree);
+	} else {
+		_cleanup_repo_ struct st_repo *repo = NULL;
+		if ((r = repo_open(c, s->tenant, &repo, err)) < 0)
+			return r;
+		progress(obs, "restoring checkpoint %.12s", ckpt);
+		if ((r = tree_restore(c, repo, sdir, ckpt, name, sizeof(name), err)) < 0)
+			return r;
+	}
+	char ws[PATH_MAX_CTL], home[PATH_MAX_CTL], audit[PATH_MAX_CTL];
+	if (fmt_path(ws, sizeof(ws), "%s/%s/workspace", sdir, name) < 0 ||
+	    fmt_path(home, sizeof(home), "%s/%s/home", sdir, name) < 0 ||
+	    fmt_path(audit, sizeof(audit), "%s/audit.jsonl", sdir) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	struct sandbox_req q = { .preset = p,
+				 .workspace = ws,
+				 .home = home,
+				 .tools = tools[0] ? tools : NULL,
+				 .grant = s->grant[0] ? s->grant : NULL,
+				 .audit = audit };
+	char id[SBX_ID_LEN + 1];
+	progress(obs, "starting the sandbox");
+	r = sandbox_start(c, &q, id, err);
+	if (r < 0) {
+		char tp[PATH_MAX_CTL];
+		if (!tree && fmt_path(tp, sizeof(tp), "%s/%s", sdir, name) == 0)
+			(void)rm_tree(tp);
+		return r;
+	}
+	if ((r = current_set(sdir, name)) < 0 ||
+	    (r = ctl_db_session_set_sandbox(c->db, s->tenant, s->id, id, ckpt, err)) < 0) {
+		struct al_error e2 = { 0 };
+		(void)sbx_destroy(&c->set, id, &e2);
+		return r < 0 && !al_error_message(err)[0] ?
+			       al_error_set_errno(err, r, "cannot record the sandbox") :
+			       r;
+	}
+	trees_prune(sdir, name);
+	return 0;
+}
+
+/* Snapshots the session's current tree as its next checkpoint. */
+static int session_snapshot(struct ctl_ctx *c, const struct ctl_session *s,
+			    char out[CTL_CKPT_HEX + 1], struct al_error *err)
+{
+	char sdir[PATH_MAX_CTL], name[32], tree[PATH_MAX_CTL];
+	if (session_dir(c, s->tenant, s->id, sdir, sizeof(sdir)) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	int r = current_get(sdir, name, sizeof(name));
+	if (r < 0)
+		return al_error_set_errno(err, r, "session %s: no current tree", s->id);
+	if (fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	_cleanup_repo_ struct st_repo *repo = NULL;
+	if ((r = repo_open(c, s->tenant, &repo, err)) < 0)
+		return r;
+	struct st_snapshot_opts o = { .workspace = tree, .session = s->id };
+	struct st_snapshot_result res;
+	r = st_snapshot(repo, &o, &res, err);
+	if (r < 0)
+		return r;
+	memcpy(out, res.id, CTL_CKPT_HEX + 1);
+	return 0;
+}
+
+static int clone_repo(struct ctl_ctx *c, const struct ctl_session *s, const char *url,
+		      const struct ctl_observer *obs, int log_fd, struct al_error *err)
+{
+	/* git's own options cannot be smuggled: the URL was checked, and "--"
+	 * ends the options anyway. No hooks or config come from the URL. */
+	const char *argv[] = { "git",
+			       "-c",
+			       "protocol.allow=never",
+			       "-c",
+			       "protocol.https.allow=always",
+			       "clone",
+			       "--no-recurse-submodules",
+			       "--",
+			       url,
+			       "/workspace",
+			       NULL };
+	progress(obs, "cloning %s", url);
+	struct sbx_result res;
+	int r = run_logged(c, s->sandbox_id, (char *const *)argv, 30 * 60 * 1000, log_fd, &res,
+			   err);
+	if (r >= 0 && !result_ok(&res)) {
+		char why[64];
+		r = al_error_set(err, -EIO, "cannot clone %s (%s): see the audit log of session %s",
+				 url, result_text(&res, why, sizeof(why)), s->id);
+	}
+	return r;
+}
+
+int ctl_session_create(struct ctl_ctx *c, const char *tenant, const char *preset,
+		       const char *source, const struct ctl_observer *obs, struct ctl_session *ret,
+		       struct al_error *err)
+{
+	if (!tenant_ok(tenant, err))
+		return -EINVAL;
+	const struct ctl_preset *p = ctl_conf_preset(c->conf, preset ? preset : c->conf->default_preset);
+	if (!p)
+		return al_error_set(err, -ENOENT, "no preset named %s in %s", preset,
+				    c->conf->file ? c->conf->file : "the built-in config");
+	struct ctl_session s = { 0 };
+	random_hex(s.id, CTL_ID_LEN);
+	snprintf(s.tenant, sizeof(s.tenant), "%s", tenant);
+	snprintf(s.preset, sizeof(s.preset), "%s", p->name);
+	snprintf(s.agent, sizeof(s.agent), "%s", p->agent->name);
+	char owner[128], repo[128];
+	bool github = false, local = false;
+	if (source && *source) {
+		if (strncmp(source, "https://", 8) == 0 || strstr(source, "://") ||
+		    strchr(source, '@') || strncmp(source, "ext::", 5) == 0) {
+			int r = ctl_github_url_parse(source, owner, sizeof(owner), repo, sizeof(repo),
+						     err);
+			if (r < 0)
+				return r;
+			if (!ctl_preset_allows_repo(p, owner, repo))
+				return al_error_set(err, -EPERM,
+						    "preset %s may not be granted %s/%s (its github: "
+						    "list)",
+						    p->name, owner, repo);
+			github = true;
+			snprintf(s.grant, sizeof(s.grant), "github:%s/%s", owner, repo);
+			snprintf(s.source, sizeof(s.source), "https://github.com/%s/%s", owner,
+				 repo);
+		} else {
+			if (!c->trusted)
+				return al_error_set(err, -EPERM,
+						    "a local directory is a source for local callers "
+						    "only");
+			if (source[0] != '/' || strlen(source) >= sizeof(s.source))
+				return al_error_set(err, -EINVAL,
+						    "a local directory is given by its absolute path");
+			local = true;
+			snprintf(s.source, sizeof(s.source), "%s", source);
+		}
+	}
+	char sdir[PATH_MAX_CTL], tdir[PATH_MAX_CTL];
+	if (fmt_path(tdir, sizeof(tdir), "%s/sessions/%s", c->conf->state_dir, tenant) < 0 ||
+	    session_dir(c, tenant, s.id, sdir, sizeof(sdir)) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
+	int r = mkdir_private(tdir, 0700, err);
+	if (r < 0 || (r = mkdir_private(sdir, 0700, err)) < 0)
+		return r;
+	r = ctl_db_session_insert(c->db, &s, err);
+	if (r < 0) {
+		(void)rm_tree(sdir);
+		return r;
+	}
+	/* The starting point: an empty tree, the local directory's files, or
+	 * the clone; committed as the session's first checkpoint. */
+	char name[32];
+	_cleanup_repo_ struct st_repo *rp = NULL;
+	if ((r = repo_open(c, tenant, &rp, err)) < 0)
+		goto fail;
+	if (local) {
+		/* Copied through the store: read without following links,
+		 * restored owned by the workspace uid. */
+		progress(obs, "copying %s", source);
+		char imp[CTL_ID_LEN + 8];
+		snprintf(imp, sizeof(imp), "%s-import", s.id);
+		struct st_snapshot_opts so = { .workspace = source, .session = imp };
+		struct st_snapshot_result sr;
+		if ((r = st_snapshot(rp, &so, &sr, err)) < 0 ||
+		    (r = tree_new(c, sdir, name, sizeof(name), err)) < 0)
+			goto fail;
+		char ws[PATH_MAX_CTL];
+		if (fmt_path(ws, sizeof(ws), "%s/%s/workspace", sdir, name) < 0) {
+			r = al_error_set(err, -ENAMETOOLONG, "path too long");
+			goto fail;
+		}
+		(void)rmdir(ws);
+		struct st_restore_opts ro = { .chown = true,
+					      .uid = c->conf->workspace_uid,
+					      .gid = c->conf->workspace_uid };
+		r = st_restore_with(rp, sr.id, ws, &ro, err);
+		struct al_error e2 = { 0 };
+		(void)st_session_delete(rp, imp, &e2);
+		if (r < 0)
+			goto fail;
+	} else if ((r = tree_new(c, sdir, name, sizeof(name), err)) < 0) {
+		goto fail;
+	}
+	if ((r = session_sandbox(c, &s, p, name, "", obs, err)) < 0 ||
+	    (r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0)
+		goto fail;
+	if (github && (r = clone_repo(c, &s, s.source, obs, -1, err)) < 0)
+		goto fail;
+	char ckpt[CTL_CKPT_HEX + 1];
+	progress(obs, "checkpoint of the starting point");
+	if ((r = session_snapshot(c, &s, ckpt, err)) < 0 ||
+	    (r = ctl_db_checkpoint_add(c->db, tenant, s.id, ckpt, "", err)) < 0 ||
+	    (r = ctl_db_session_set_sandbox(c->db, tenant, s.id, s.sandbox_id, ckpt, err)) < 0 ||
+	    (r = ctl_db_session_get(c->db, tenant, s.id, ret, err)) < 0)
+		goto fail;
+	return 0;
+fail:;
+	struct al_error e3 = { 0 };
+	(void)ctl_db_session_get(c->db, tenant, s.id, &s, &e3);
+	sandbox_discard(c, &s);
+	(void)ctl_db_session_delete(c->db, tenant, s.id, &e3);
+	if (rp)
+		(void)st_session_delete(rp, s.id, &e3);
+	(void)rm_tree(sdir);
+	return r;
+}
+
+/* ---- turns ---- */
+
+struct turn_io {
+	struct ctl_ctx *c;
+	const struct ctl_session *s;
+	uint32_t n;
+	const struct ctl_observer *obs;
+	struct ctl_agentout *ao;
+	int out_fd, err_fd; /* read ends */
+	int rc;
+	struct al_error err;
+};
+
+static int on_event(const char *kind, const char *data, void *ud)
+{
+	struct turn_io *t = ud;
+	uint64_t seq = 0;
+	int r = ctl_db_event_append(t->c->db, t->s->tenant, t->s->id, t->n, kind, data, &seq,
+				    &t->err);
+	if (r < 0)
+		return r;
+	if (t->obs && t->obs->event) {
+		struct ctl_event_row e = {
+			.seq = seq, .turn = t->n, .at = now_ms(), .kind = kind, .data = data
+		};
+		t->obs->event(&e, t->obs->ud);
+	}
+	return 0;
+}
+
+/* Reads the agent's stdout and stderr until both end. */
+static void *turn_reader(void *ud)
+{
+	struct turn_io *t = ud;
+	char buf[65536];
+	bool open_out = true, open_err = true;
+	while (open_out || open_err) {
+		struct pollfd p[2] = { { .fd = open_out ? t->out_fd : -1, .events = POLLIN },
+				       { .fd = open_err ? t->err_fd : -1, .events = POLLIN } };
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			t->rc = -errno;
+			break;
+		}
+		for (int i = 0; i < 2; i++) {
+			if (!p[i].revents)
+				continue;
+			ssize_t n = read(p[i].fd, buf, sizeof(buf));
+			if (n < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			if (n <= 0) {
+				if (i == 0)
+					open_out = false;
+				else
+					open_err = false;
+				continue;
+			}
+			int r = i == 0 ? ctl_agentout_feed(t->ao, buf, (size_t)n) :
+					 ctl_agentout_feed_stderr(t->ao, buf, (size_t)n);
+			/* A stored event that fails (the database) stops the
+			 * events, never the reading: the agent must not block. */
+			if (r < 0 && t->rc == 0)
+				t->rc = r;
+		}
+	}
+	return NULL;
+}
+
+/* The argv of a turn: the template with {prompt} and {session} replaced
+ * whole. */
+static char **turn_argv(const struct ctl_agent *a, bool resume, const char *prompt,
+			const char *sid)
+{
+	char *const *tpl = resume ? a->argv_resume : a->argv_first;
+	size_t n = 0;
+	while (tpl[n])
+		n++;
+	char **v = calloc(n + 1, sizeof(char *));
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(tpl[i], "{prompt}") == 0)
+			v[i] = (char *)prompt;
+		else if (strcmp(tpl[i], "{session}") == 0)
+			v[i] = (char *)sid;
+		else
+			v[i] = tpl[i];
+	}
+	return v;
+}
+
+/* The agent's environment: its own, the preset's, HOME, PATH with the
+ * tools, and a heap that fits the sandbox. */
+static int turn_env(const struct ctl_preset *p, char ***ret, size_t *ret_n)
+{
+	const struct ctl_agent *a = p->agent;
+	size_t cap = a->n_env + p->n_env + 4;
+	char **v = calloc(cap + 1, sizeof(char *));
+	if (!v)
+		return -ENOMEM;
+	size_t n = 0;
+	int r = 0;
+	if (asprintf(&v[n++], "HOME=%s", a->home) < 0 ||
+	    asprintf(&v[n++], "PATH=%s/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		     CTL_TOOLS_PATH) < 0)
+		r = -ENOMEM;
+	if (r == 0 && a->node_heap && p->limits.memory) {
+		/* Node sizes its heap from the host's memory: three quarters of
+		 * the sandbox's limit instead. */
+		uint64_t mb = p->limits.memory / (1024 * 1024) * 3 / 4;
+		if (asprintf(&v[n++], "NODE_OPTIONS=--max-old-space-size=%" PRIu64, mb) < 0)
+			r = -ENOMEM;
+	}
+	for (size_t i = 0; r == 0 && i < a->n_env; i++)
+		if (!(v[n++] = strdup(a->env[i])))
+			r = -ENOMEM;
+	for (size_t i = 0; r == 0 && i < p->n_env; i++)
+		if (!(v[n++] = strdup(p->env[i])))
+			r = -ENOMEM;
+	if (r < 0) {
+		for (size_t i = 0; i < n; i++)
+			free(v[i]);
+		free(v);
+		return r;
+	}
+	*ret = v;
+	*ret_n = n;
+	return 0;
+}
+
+/* Runs the agent for turn t in the session's live sandbox; fills *oc. */
+static int turn_agent(struct ctl_ctx *c, const struct ctl_session *s, const struct ctl_preset *p,
+		      const struct ctl_turn *t, const struct ctl_observer *obs,
+		      const char *first_sid, struct ctl_outcome *oc, bool *timed_out,
+		      struct al_error *err)
+{
+	const struct ctl_agent *a = p->agent;
+	bool resume = s->agent_session[0] != '\0';
+	const char *sid = resume ? s->agent_session : first_sid;
+	_cleanup_free_ char **argv = turn_argv(a, resume, a->prompt_stdin ? "" : t->prompt, sid);
+	char **env = NULL;
+	size_t n_env = 0;
+	if (!argv || turn_env(p, &env, &n_env) < 0) {
+		free(env);
+		return al_error_set(err, -ENOMEM, "out of memory");
+	}
+	/* The message on stdin (closed after it), or nothing: an agent that
+	 * waits for its stdin to end must not wait. */
+	_cleanup_close_ int in = -1;
+	if (a->prompt_stdin) {
+		in = memfd_create("airlock-prompt", MFD_CLOEXEC);
+		if (in < 0 || write_full(in, t->prompt, strlen(t->prompt)) < 0 ||
+		    lseek(in, 0, SEEK_SET) < 0) {
+			for (size_t i = 0; i < n_env; i++)
+				free(env[i]);
+			free(env);
+			return al_error_set_errno(err, -errno, "cannot hold the prompt");
+		}
+	}
+	int outp[2] = { -1, -1 }, errp[2] = { -1, -1 };
+	struct turn_io io = { .c = c, .s = s, .n = t->n, .obs = obs };
+	int r = ctl_agentout_new(a->parser, c->red, on_event, &io, &io.ao);
+	if (r < 0 || pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0) {
+		r = al_error_set_errno(err, r < 0 ? r : -errno, "cannot start the agent");
+		goto out;
+	}
+	io.out_fd = outp[0];
+	io.err_fd = errp[0];
+	pthread_t th;
+	if ((r = -pthread_create(&th, NULL, turn_reader, &io)) < 0) {
+		al_error_set_errno(err, r, "cannot start the agent's reader");
+		goto out;
+	}
+	struct sbx_exec_opts o = {
+		.env = env,
+		.n_env = n_env,
+		.cwd = "/workspace",
+		.timeout_ms = p->limits.turn_ms,
+		.output_limit = p->limits.output,
+		.stdin_fd = in,
+		.stdout_fd = outp[1],
+		.stderr_fd = errp[1],
+	};
+	struct sbx_result res = { 0 };
+	progress(obs, "turn %u: %s is working", t->n, a->title ? a->title : a->name);
+	r = sbx_exec(&c->set, s->sandbox_id, argv, &o, &res, err);
+	outp[1] = safe_close(outp[1]);
+	errp[1] = safe_close(errp[1]);
+	pthread_join(th, NULL);
+	if (r < 0)
+		goto out;
+	bool exited = res.outcome == SBX_EXITED;
+	int status = exited ? res.status : res.outcome == SBX_SIGNALED ? res.status : -1;
+	ctl_agentout_finish(io.ao, exited, status, oc);
+	if (oc->succeeded && io.rc < 0) {
+		oc->succeeded = false;
+		snprintf(oc->reason, sizeof(oc->reason), "the agent's events could not be stored: %s",
+			 al_error_message(&io.err)[0] ? al_error_message(&io.err) : "error");
+	}
+	if (res.outcome == SBX_TIMED_OUT) {
+		oc->succeeded = false;
+		snprintf(oc->reason, sizeof(oc->reason), "timed out after %" PRIu64 " s",
+			 p->limits.turn_ms / 1000);
+	} else if (res.outcome == SBX_OOM_KILLED || res.oom_kills) {
+		oc->succeeded = false;
+		snprintf(oc->reason, sizeof(oc->reason), "the memory limit killed the agent");
+	} else if (res.output_truncated) {
+		oc->succeeded = false;
+		snprintf(oc->reason, sizeof(oc->reason), "the agent's output passed the limit of %" PRIu64 " bytes",
+			 p->limits.output);
+	}
+	/* The first turn's id is ours when the agent takes it; the output's
+	 * otherwise, which must look like an id. */
+	if (oc->succeeded && !oc->agent_session[0] && sid)
+		snprintf(oc->agent_session, sizeof(oc->agent_session), "%s", sid);
+	if (oc->succeeded && !agent_sid_ok(oc->agent_session)) {
+		oc->succeeded = false;
+		snprintf(oc->reason, sizeof(oc->reason),
+			 "the agent reported no usable session id to resume");
+	}
+	*timed_out = res.outcome == SBX_TIMED_OUT;
+	r = 0;
+out:
+	safe_close(outp[0]);
+	safe_close(outp[1]);
+	safe_close(errp[0]);
+	safe_close(errp[1]);
+	ctl_agentout_free(io.ao);
+	for (size_t i = 0; i < n_env; i++)
+		free(env[i]);
+	free(env);
+	return r;
+}
+
+/* A process's start time (clock ticks after boot, /proc/PID/stat field
+ * 22): with the pid, what names a runner in the turn's record. */
+static int proc_start_time(pid_t pid, uint64_t *ret)
+{
+	char path[64], *text = NULL;
+	size_t len = 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int r = read_file_bounded(AT_FDCWD, path, 4096, &text, &len);
+	if (r < 0)
+		return r;
+	/* After the command's name, which may hold anything but ends at the
+	 * last ')'. */
+	char *p = NULL;
+	for (size_t i = len; i > 0; i--)
+		if (text[i - 1] == ')') {
+			p = text + i;
+			break;
+		}
+	r = -EBADMSG;
+	for (int field = 2; p && *p; p++) {
+		if (*p != ' ')
+			continue;
+		if (++field == 22) {
+			r = parse_u64_prefix(p + 1, ret, NULL);
+			break;
+		}
+	}
+	free(text);
+	return r < 0 ? -EBADMSG : 0;
+}
+
+/* Waits until this turn may run (the one before it ended); 0 once claimed
+ * (*t filled), -ECANCELED when it was cancelled while it waited. */
+static int turn_wait_claim(struct ctl_ctx *c, const char *tenant, const char *session,
+			   uint32_t n, const struct ctl_observer *obs, struct ctl_turn *t,
+			   struct al_error *err)
+{
+	uint64_t start = 0;
+	(void)proc_start_time(getpid(), &start);
+	bool said = false;
+	for (;;) {
+		struct ctl_turn cur = { 0 };
+		int r = ctl_db_turn_get(c->db, tenant, session, n, &cur, err);
+		if (r < 0)
+			return r;
+		enum ctl_turn_state st = cur.state;
+		ctl_turn_clear(&cur);
+		if (ctl_turn_state_terminal(st))
+			return -ECANCELED;
+		r = ctl_db_turn_claim(c->db, tenant, session, (int32_t)getpid(), start, t, err);
+		if (r == 0 && t->n == n)
+			return 0;
+		if (r == 0) {
+			/* An older queued turn (its caller died): not ours to run. */
+			struct al_error e2 = { 0 };
+			(void)ctl_db_turn_finish(c->db, tenant, session, t->n, CTL_TURN_FAILED,
+						 "its caller went away before it ran", NULL, NULL,
+						 NULL, &e2);
+			ctl_turn_clear(t);
+			continue;
+		}
+		if (r != -EBUSY)
+			return r;
+		al_error_clear(err);
+		if (!said)
+			progress(obs, "turn %u queued: another turn of this session is running", n);
+		said = true;
+		struct timespec ts = { 0, WAIT_STEP_MS * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
+int ctl_turn_run(struct ctl_ctx *c, const char *tenant, const char *session, const char *prompt,
+		 const struct ctl_observer *obs, struct ctl_turn *ret, bool *ret_timed_out,
+		 struct al_error *err)
+{
+	struct ctl_session s;
+	int r = ctl_db_session_get(c->db, tenant, session, &s, err);
+	if (r < 0)
+		return r;
+	const struct ctl_preset *p = ctl_conf_preset(c->conf, s.preset);
+	if (!p)
+		return al_error_set(err, -ENOENT,
+				    "session %s uses preset %s, which the config no longer has",
+				    s.id, s.preset);
+	if (!*prompt)
+		return al_error_set(err, -EINVAL, "an empty message");
+	uint32_t n;
+	if ((r = ctl_db_turn_queue(c->db, tenant, s.id, prompt, &n, err)) < 0)
+		return r;
+	struct ctl_turn t = { 0 };
+	r = turn_wait_claim(c, tenant, s.id, n, obs, &t, err);
+	if (r == -ECANCELED)
+		return ctl_db_turn_get(c->db, tenant, s.id, n, ret, err);
+	if (r < 0)
+		return r;
+	/* Promise 9: the live sandbox is kept while it holds the last
+	 * committed checkpoint; anything else starts afresh from it. */
+	if ((r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0)
+		goto fail;
+	bool reuse = s.sandbox_id[0] && strcmp(s.sandbox_checkpoint, s.last_checkpoint) == 0 &&
+		     sandbox_alive(c, s.sandbox_id);
+	if (!reuse) {
+		sandbox_discard(c, &s);
+		if ((r = session_sandbox(c, &s, p, NULL, s.last_checkpoint, obs, err)) < 0 ||
+		    (r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0)
+			goto fail;
+	}
+	char first_sid[37];
+	random_uuid(first_sid);
+	struct ctl_outcome oc;
+	memset(&oc, 0, sizeof(oc));
+	bool timed_out = false;
+	if ((r = turn_agent(c, &s, p, &t, obs, p->agent->choose_session ? first_sid : NULL, &oc,
+			    &timed_out, err)) < 0)
+		goto fail;
+	char ckpt[CTL_CKPT_HEX + 1] = "";
+	if (oc.succeeded) {
+		/* Cancelled meanwhile: nothing of this turn is committed. */
+		struct ctl_turn now = { 0 };
+		if (ctl_db_turn_get(c->db, tenant, s.id, n, &now, err) == 0 &&
+		    now.state == CTL_TURN_RUNNING) {
+			progress(obs, "checkpoint of turn %u", n);
+			r = session_snapshot(c, &s, ckpt, err);
+			if (r < 0) {
+				oc.succeeded = false;
+				snprintf(oc.reason, sizeof(oc.reason), "the checkpoint failed: %s",
+					 al_error_message(err));
+				al_error_clear(err);
+			}
+		}
+		ctl_turn_clear(&now);
+	}
+	r = ctl_db_turn_finish(c->db, tenant, s.id, n,
+			       oc.succeeded ? CTL_TURN_SUCCEEDED : CTL_TURN_FAILED, oc.reason,
+			       &oc.usage, oc.succeeded ? ckpt : NULL,
+			       oc.succeeded ? oc.agent_session : NULL, err);
+	if (r == -EALREADY) {
+		/* Cancelled while it ran: its sandbox went with the cancel. */
+		al_error_clear(err);
+		r = 0;
+	} else if (r < 0) {
+		goto fail;
+	}
+	if (oc.succeeded && r == 0) {
+		struct al_error e2 = { 0 };
+		(void)ctl_db_session_set_sandbox(c->db, tenant, s.id, s.sandbox_id, ckpt, &e2);
+	} else {
+		/* A failed or cancelled turn's sandbox holds what was never
+		 * committed: it goes, and the next turn starts afresh. */
+		struct ctl_session now;
+		struct al_error e2 = { 0 };
+		if (ctl_db_session_get(c->db, tenant, s.id, &now, &e2) == 0)
+			sandbox_discard(c, &now);
+	}
+	ctl_turn_clear(&t);
+	if (ret_timed_out)
+		*ret_timed_out = timed_out;
+	return ctl_db_turn_get(c->db, tenant, s.id, n, ret, err);
+fail:;
+	/* airlock's own failure: the turn is failed with the reason, never
+	 * left running. */
+	struct al_error e3 = { 0 };
+	int fr = ctl_db_turn_finish(c->db, tenant, s.id, n, CTL_TURN_FAILED, al_error_message(err),
+				    NULL, NULL, NULL, &e3);
+	struct ctl_session now;
+	if (ctl_db_session_get(c->db, tenant, s.id, &now, &e3) == 0)
+		sandbox_discard(c, &now);
+	ctl_turn_clear(&t);
+	/* Cancelled while it ran: the sandbox went under it, which is the
+	 * cancel's doing, not a failure of airlock's. */
+	if (fr == -EALREADY) {
+		al_error_clear(err);
+		return ctl_db_turn_get(c->db, tenant, s.id, n, ret, err);
+	}
+	return r;
+}
+
+int ctl_turn_cancel(struct ctl_ctx *c, const char *tenant, const char *session, uint32_t *ret_n,
+		    struct al_error *err)
+{
+	struct ctl_session s;
+	int r = ctl_db_session_get(c->db, tenant, session, &s, err);
+	if (r < 0)
+		return r;
+	r = ctl_db_turn_cancel(c->db, tenant, s.id, 0, "cancelled", ret_n, err);
+	if (r < 0)
+		return r;
+	/* The agent and everything it started go with the sandbox; the
+	 * runner sees its command end and records nothing more. */
+	if ((r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0)
+		return r;
+	sandbox_discard(c, &s);
+	return 0;
+}
+
+/* ---- fork, delete, diff ---- */
+
+int ctl_session_fork(struct ctl_ctx *c, const char *tenant, const char *from,
+		     struct ctl_session *ret, struct al_error *err)
+{
+	struct ctl_session parent;
+	struct ctl_checkpoint ck;
+	char agent_sid[CTL_AGENT_SID_MAX + 1] = "";
+	int r = ctl_db_session_get(c->db, tenant, from, &parent, err);
+	if (r == 0) {
+		if (!parent.last_checkpoint[0])
+			return al_error_set(err, -ENOENT, "session %s has no checkpoint yet",
+					    parent.id);
+		r = ctl_db_checkpoint_get(c->db, tenant, parent.last_checkpoint, &ck, err);
+		snprintf(agent_sid, sizeof(agent_sid), "%s", parent.agent_session);
+	} else if (r == -ENOENT) {
+		al_error_clear(err);
+		r = ctl_db_checkpoint_get(c->db, tenant, from, &ck, err);
+		if (r == -ENOENT)
+			return al_error_set(err, -ENOENT, "no session or checkpoint %s", from);
+		if (r == 0)
+			r = ctl_db_session_get(c->db, tenant, ck.session, &parent, err);
+		if (r == 0 && ck.turn) {
+			struct ctl_turn t = { 0 };
+			if (ctl_db_turn_get(c->db, tenant, ck.session, ck.turn, &t, err) == 0)
+				snprintf(agent_sid, sizeof(agent_sid), "%s", t.agent_session);
+			ctl_turn_clear(&t);
+		}
+	}
+	if (r < 0)
+		return r;
+	struct ctl_session s = { 0 };
+	random_hex(s.id, CTL_ID_LEN);
+	snprintf(s.tenant, sizeof(s.tenant), "%s", tenant);
+	snprintf(s.preset, sizeof(s.preset), "%s", parent.preset);
+	snprintf(s.agent, sizeof(s.agent), "%s", parent.agent);
+	snprintf(s.source, sizeof(s.source), "%s", parent.source);
+	snprintf(s.grant, sizeof(s.grant), "%s", parent.grant);
+	snprintf(s.forked_from, sizeof(s.forked_from), "%s", ck.id);
+	snprintf(s.last_checkpoint, sizeof(s.last_checkpoint), "%s", ck.id);
+	snprintf(s.agent_session, sizeof(s.agent_session), "%s", agent_sid);
+	char sdir[PATH_MAX_CTL];
+	if (session_dir(c, tenant, s.id, sdir, sizeof(sdir)) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	_cleanup_repo_ struct st_repo *rp = NULL;
+	if ((r = repo_open(c, tenant, &rp, err)) < 0 ||
+	    (r = st_session_adopt(rp, s.id, ck.id, err)) < 0)
+		return r;
+	if ((r = mkdir_private(sdir, 0700, err)) < 0 ||
+	    (r = ctl_db_session_insert(c->db, &s, err)) < 0 ||
+	    (r = ctl_db_checkpoint_add(c->db, tenant, s.id, ck.id, "", err)) < 0) {
+		struct al_error e2 = { 0 };
+		(void)st_session_delete(rp, s.id, &e2);
+		(void)ctl_db_session_delete(c->db, tenant, s.id, &e2);
+		(void)rm_tree(sdir);
+		return r;
+	}
+	return ctl_db_session_get(c->db, tenant, s.id, ret, err);
+}
+
+int ctl_session_delete(struct ctl_ctx *c, const char *tenant, const char *session,
+		       struct al_error *err)
+{
+	struct ctl_session s;
+	int r = ctl_db_session_get(c->db, tenant, session, &s, err);
+	if (r < 0)
+		return r;
+	if ((r = ctl_db_session_set_state(c->db, tenant, s.id, CTL_SESSION_DELETING, err)) < 0)
+		return r;
+	uint32_t n;
+	struct al_error e2 = { 0 };
+	(void)ctl_db_turn_cancel(c->db, tenant, s.id, 0, "the session was deleted", &n, &e2);
+	if (s.sandbox_id[0] && (r = sbx_destroy(&c->set, s.sandbox_id, err)) < 0 &&
+	    r != -ENOENT)
+		return r;
+	_cleanup_repo_ struct st_repo *rp = NULL;
+	if ((r = repo_open(c, tenant, &rp, err)) < 0 ||
+	    (r = st_session_delete(rp, s.id, err)) < 0)
+		return r;
+	/* Really gone: GC takes what no other session refers to. */
+	struct st_gc_opts go = { .repack = true, .max_unused_pct = 0 };
+	struct st_gc_result gr;
+	if ((r = st_gc(rp, &go, &gr, err)) < 0)
+		return r;
+	char sdir[PATH_MAX_CTL];
+	if (session_dir(c, tenant, s.id, sdir, sizeof(sdir)) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	if ((r = rm_tree(sdir)) < 0)
+		return al_error_set_errno(err, r, "cannot remove %s", sdir);
+	return ctl_db_session_delete(c->db, tenant, s.id, err);
+}
+
+int ctl_session_diff(struct ctl_ctx *c, const char *tenant, const char *session, uint32_t n,
+		     bool with_text, struct buf *out, struct al_error *err)
+{
+	struct ctl_session s;
+	int r = ctl_db_session_get(c->db, tenant, session, &s, err);
+	if (r < 0)
+		return r;
+	if (n == 0) {
+		/* The last turn that committed a checkpoint. */
+		for (uint32_t i = s.turns; i >= 1 && n == 0; i--) {
+			struct ctl_turn t = { 0 };
+			if (ctl_db_turn_get(c->db, tenant, s.id, i, &t, err) == 0 && t.checkpoint[0])
+				n = i;
+			ctl_turn_clear(&t);
+		}
+		if (n == 0)
+			return al_error_set(err, -ENOENT, "session %s has no succeeded turn yet",
+					    s.id);
+	}
+	struct ctl_turn t = { 0 };
+	if ((r = ctl_db_turn_get(c->db, tenant, s.id, n, &t, err)) < 0)
+		return r;
+	char after[CTL_CKPT_HEX + 1];
+	snprintf(after, sizeof(after), "%s", t.checkpoint);
+	ctl_turn_clear(&t);
+	if (!after[0])
+		return al_error_set(err, -ENOENT, "turn %u of session %s committed no checkpoint",
+				    n, s.id);
+	struct ctl_checkpoint ck;
+	if ((r = ctl_db_checkpoint_get(c->db, tenant, after, &ck, err)) < 0)
+		return r;
+	_cleanup_repo_ struct st_repo *rp = NULL;
+	if ((r = repo_open(c, tenant, &rp, err)) < 0)
+		return r;
+	return st_diff(rp, ck.parent, after, with_text, out, err);
+}

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * A session's references in the store: adopting another session's
+ * checkpoint as a starting point (a fork), and deleting a session's
+ * references so that GC collects what only it held.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/cleanup.h"
+#include "store/internal.h"
+
+int st_session_adopt(struct st_repo *r, const char *session, const char *id, struct al_error *err)
+{
+	if (!st_session_valid(session))
+		return st_session_error(session, err);
+	_cleanup_close_ int lock = -1;
+	int rc = st_repo_lock_writer(r, &lock, err);
+	if (rc < 0)
+		return rc;
+	/* The checkpoint must be this tenant's and whole (its manifest loads
+	 * and authenticates), or the session would start from nothing. */
+	struct st_manifest *m = NULL;
+	rc = st_manifest_load(r, id, NULL, &m, err);
+	if (rc < 0)
+		return rc;
+	st_manifest_free(m);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	char key[ST_KEY_MAX + 1];
+	/* As a commit writes them: the log entry first, then latest. */
+	if (st_repo_key(key, sizeof(key), r, "sessions/%s/log/%020" PRId64 "-%s", session,
+			st_ts_ns(now), id) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "session name too long");
+	rc = st_obj_put(r->os, key, "", 0, err);
+	if (rc < 0)
+		return rc;
+	st_repo_key(key, sizeof(key), r, "sessions/%s/statcache", session);
+	rc = st_obj_del(r->os, key, err);
+	if (rc < 0 && rc != -ENOENT)
+		return rc;
+	char line[ST_ID_HEX + 2];
+	snprintf(line, sizeof(line), "%s\n", id);
+	st_repo_key(key, sizeof(key), r, "sessions/%s/latest", session);
+	return st_obj_put(r->os, key, line, ST_ID_HEX + 1, err);
+}
+
+struct keys {
+	char **v;
+	size_t n, cap;
+};
+
+static int collect(const char *key, void *ud)
+{
+	struct keys *k = ud;
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? k->cap * 2 : 64;
+		char **v = realloc(k->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		k->v = v;
+		k->cap = cap;
+	}
+	if (!(k->v[k->n] = strdup(key)))
+		return -ENOMEM;
+	k->n++;
+	return 0;
+}
+
+int st_session_delete(struct st_repo *r, const char *session, struct al_error *err)
+{
+	if (!st_session_valid(session))
+		return st_session_error(session, err);
+	_cleanup_close_ int lock = -1;
+	int rc = st_repo_lock_writer(r, &lock, err);
+	if (rc < 0)
+		return rc;
+	char prefix[ST_KEY_MAX + 1];
+	if (st_repo_key(prefix, sizeof(prefix), r, "sessions/%s/", session) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "session name too long");
+	struct keys k = { 0 };
+	rc = st_obj_list(r->os, prefix, collect, &k, err);
+	if (rc == -ENOMEM)
+		al_error_set(err, rc, "out of memory");
+	/* latest first: a session cut short by a crash here still has log
+	 * entries, and deleting again finishes the job. */
+	char latest[ST_KEY_MAX + 1];
+	st_repo_key(latest, sizeof(latest), r, "sessions/%s/latest", session);
+	if (rc >= 0) {
+		rc = st_obj_del(r->os, latest, err);
+		if (rc == -ENOENT)
+			rc = 0;
+	}
+	for (size_t i = 0; rc >= 0 && i < k.n; i++) {
+		if (strcmp(k.v[i], latest) == 0)
+			continue;
+		rc = st_obj_del(r->os, k.v[i], err);
+		if (rc == -ENOENT)
+			rc = 0;
+	}
+	for (size_t i = 0; i < k.n; i++)
+		free(k.v[i]);
+	free(k.v);
+	return rc;
+}

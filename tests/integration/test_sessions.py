@@ -1,0 +1,407 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Sessions and turns (`airlock run`, `turn`, `session`, `events`, `diff`,
+`fork`, `cancel`) with a stand-in agent (fake_agent.py, speaking Claude
+Code's stream-json): the whole lifecycle, restore semantics, cancel,
+queueing, forks, envelopes that lie, floods, secrets, bad input, kill -9.
+The real agent CLIs are in test_agents.py."""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from conftest import REPO, TEST_UID, UID_BASE, UID_END
+
+FAKE = (pathlib.Path(__file__).parent / "fake_agent.py").read_text()
+
+
+def config_text(state, extra_preset="", network="none"):
+    script = textwrap.indent(FAKE, " " * 12)
+    return f"""
+state_dir: {state}
+agents:
+  fake:
+    title: Fake agent
+    parser: claude
+    session: choose
+    first: [fake-agent, -p, --session-id, "{{session}}", --, "{{prompt}}"]
+    resume: [fake-agent, -p, --resume, "{{session}}", --, "{{prompt}}"]
+    model_hosts:
+      - {{host: api.anthropic.com, secret: anthropic, header: x-api-key}}
+presets:
+  fake:
+    agent: fake
+    network: {network}
+    limits: {{memory: 512M, turn_time: 60s, output: 4M}}
+    setup:
+      commands:
+        - |
+          mkdir -p /opt/airlock/bin
+          cat > /opt/airlock/bin/fake-agent <<'AIRLOCK_EOF'
+{script}
+          AIRLOCK_EOF
+          chmod 755 /opt/airlock/bin/fake-agent
+{extra_preset}
+"""
+
+
+class Ctl:
+    """airlock's session commands against one test's config and state."""
+
+    def __init__(self, airlock, tmp_path, **kw):
+        self.a = airlock
+        self.state = tmp_path / "state"
+        self.conf = tmp_path / "airlock.yaml"
+        self.conf.write_text(config_text(self.state, **kw))
+
+    def __call__(self, *args, timeout=120, **kw):
+        return self.a(args[0], "--config", str(self.conf), *args[1:], timeout=timeout, **kw)
+
+    def run(self, prompt, *opts, **kw):
+        return self("run", "--preset", "fake", "--json", *opts, prompt, **kw)
+
+    def turn(self, session, prompt, **kw):
+        return self("turn", "--json", session, prompt, **kw)
+
+    @staticmethod
+    def lines(p):
+        return [json.loads(l) for l in p.stdout.decode().splitlines() if l.strip()]
+
+    def result(self, p):
+        r = [l["result"] for l in self.lines(p) if "result" in l]
+        assert r, f"no result: {p.stdout!r} {p.stderr!r}"
+        return r[-1]
+
+    def session_of(self, p):
+        s = [l["session"] for l in self.lines(p) if "session" in l and len(l) == 1]
+        assert s, f"no session id: {p.stdout!r} {p.stderr!r}"
+        return s[0]
+
+    def show(self, sid):
+        p = self("session", "show", "--json", sid, check=True)
+        lines = self.lines(p)
+        return lines[0], [l["result"] for l in lines[1:]]
+
+    def events(self, sid):
+        return self.lines(self("events", "--json", sid, check=True))
+
+    def stop_all(self):
+        """Deletes every session: their sandboxes go with them."""
+        p = self("session", "list", "--json")
+        for s in self.lines(p):
+            self("session", "rm", s["id"])
+
+
+@pytest.fixture
+def ctl(airlock, tmp_path):
+    c = Ctl(airlock, tmp_path)
+    yield c
+    c.stop_all()
+
+
+def texts(events):
+    return [e["data"].get("text", "") for e in events if e["kind"] == "text"]
+
+
+def our_processes(name="fake-agent"):
+    """Processes of the tests' sandbox ranges whose command line holds name."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if UID_BASE <= uid < UID_END and name.encode() in cmd:
+            out.append(pid)
+    return out
+
+
+# ---- the lifecycle ----
+
+def test_run_turns_checkpoint_diff_resume(ctl, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README").write_text("hello\n")
+    os.chown(repo, TEST_UID, TEST_UID)
+    p = ctl.run("write notes.txt first words", "--repo", str(repo))
+    assert p.returncode == 0, p.stderr
+    sid = ctl.session_of(p)
+    r = ctl.result(p)
+    assert r["state"] == "succeeded" and r["turn"] == 1 and len(r["checkpoint"]) == 64
+    assert r["usage"]["input_tokens"] > 0 and r["usage"]["output_tokens"] == 7
+    assert abs(r["usage"]["cost_usd"] - 0.0012) < 1e-9
+    # The events, normalized: the tool call, its result, the text.
+    kinds = [e["kind"] for e in ctl.events(sid)]
+    assert "tool_call" in kinds and "tool_result" in kinds and "text" in kinds
+    # The diff of turn 1: the new file, the copied one unchanged.
+    d = ctl("diff", sid, check=True).stdout.decode()
+    assert "A workspace/notes.txt" in d and "README" not in d
+    # Turn 2 resumes the agent's session: it remembers turn 1.
+    p2 = ctl.turn(sid, "recall")
+    assert p2.returncode == 0, p2.stderr
+    assert any("write notes.txt first words" in t for t in texts(ctl.events(sid)))
+    s, turns = ctl.show(sid)
+    assert s["turns"] == 2 and [t["state"] for t in turns] == ["succeeded", "succeeded"]
+    assert s["last_checkpoint"] == turns[1]["checkpoint"]
+
+
+def test_human_output(ctl):
+    p = ctl("run", "--preset", "fake", "write a.txt hi")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode()
+    assert "-> Write" in out and "turn 1 succeeded" in out
+    assert "A workspace/a.txt" in out
+    assert b"session " in p.stderr
+
+
+# ---- promise 9: the sandbox between turns ----
+
+def last_text(ctl, sid):
+    t = texts(ctl.events(sid))
+    return t[-1] if t else ""
+
+
+def test_state_outside_workspace_kept_between_turns_gone_after_failure(ctl):
+    p = ctl.run("outside")
+    assert p.returncode == 0, p.stderr
+    sid = ctl.session_of(p)
+    # The live sandbox holds the last checkpoint: what the agent left
+    # outside /workspace is still there.
+    assert ctl.turn(sid, "checkoutside").returncode == 0
+    assert last_text(ctl, sid) == "outside: present"
+    # A failed turn discards the sandbox; the next starts from the last
+    # checkpoint, which holds /workspace and the agent's home only.
+    assert ctl.turn(sid, "crash").returncode == 1
+    assert ctl.turn(sid, "checkoutside").returncode == 0
+    assert last_text(ctl, sid) == "outside: absent"
+    # ... and the agent still remembers (its history is in the checkpoint).
+    assert ctl.turn(sid, "recall").returncode == 0
+    assert "outside | checkoutside" in last_text(ctl, sid)
+    s, turns = ctl.show(sid)
+    assert [t["state"] for t in turns] == ["succeeded", "succeeded", "failed", "succeeded",
+                                          "succeeded"]
+
+
+def test_lost_sandbox_restored_from_checkpoint(ctl):
+    p = ctl.run("write kept.txt data")
+    sid = ctl.session_of(p)
+    s, _ = ctl.show(sid)
+    assert s["sandbox"]
+    # The sandbox dies (killed, crashed, host rebooted): destroyed behind
+    # airlock's back.
+    ctl.a.sandbox("destroy", s["sandbox"], check=True)
+    assert ctl.turn(sid, "recall").returncode == 0
+    s2, _ = ctl.show(sid)
+    assert s2["sandbox"] and s2["sandbox"] != s["sandbox"]
+    d = ctl("diff", sid, "1", check=True).stdout.decode()
+    assert "A workspace/kept.txt" in d
+
+
+# ---- outcomes come from the envelope only ----
+
+@pytest.mark.parametrize("verb,why", [
+    ("crash", "killed by signal 9"),
+    ("noenvelope", "no result"),
+    ("truncated", ""),
+    ("lie", "no result"),
+    ("apierror", "401"),
+    ("exit1", ""),
+])
+def test_failed_turns(ctl, verb, why):
+    p = ctl.run(verb)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    r = ctl.result(p)
+    assert r["state"] == "failed" and r["checkpoint"] == ""
+    assert r["reason"]
+    assert why in r["reason"], r["reason"]
+    # No checkpoint of a failed turn, and its sandbox went.
+    s, _ = ctl.show(ctl.session_of(p))
+    assert s["sandbox"] == ""
+    assert len(s["last_checkpoint"]) == 64  # the starting point only
+
+
+def test_flood_bounded(ctl):
+    # 4M output limit: about 4,000 lines of 1,000 bytes; 20,000 passes it.
+    p = ctl.run("flood 20000", timeout=300)
+    assert p.returncode == 1
+    assert "limit" in ctl.result(p)["reason"]
+
+
+def test_secrets_redacted_in_events(ctl):
+    key = "sk-ant-api03-" + "Q" * 80 + "-AAAAAA"
+    p = ctl.run("secret " + key)
+    sid = ctl.session_of(p)
+    all_out = ctl("events", "--json", sid).stdout
+    assert key.encode() not in all_out and key.encode() not in p.stdout
+    assert b"[REDACTED]" in all_out
+
+
+# ---- cancel, queueing ----
+
+def wait_for(cond, timeout=60, what="condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_turn(ctl, sid, prompt):
+    return subprocess.Popen([ctl.a.bin, "turn", "--config", str(ctl.conf), "--json", sid,
+                             prompt], env=ctl.a.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def turn_states(ctl, sid):
+    return [t["state"] for t in ctl.show(sid)[1]]
+
+
+def test_cancel_kills_agent_and_everything_it_started(ctl):
+    sid = ctl.session_of(ctl.run("recall"))
+    proc = start_turn(ctl, sid, "sleep 300")
+    wait_for(lambda: turn_states(ctl, sid)[-1] == "running" and
+             "sleeping" in texts(ctl.events(sid)), what="the turn to run")
+    assert our_processes()
+    p = ctl("cancel", sid)
+    assert p.returncode == 0, p.stderr
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    # Terminal: cancelled, whatever the runner saw afterwards.
+    assert turn_states(ctl, sid) == ["succeeded", "cancelled"]
+    # The agent, and the child it left behind, are gone.
+    wait_for(lambda: not our_processes(), timeout=20, what="the agent's processes to go")
+    # Nothing to cancel now.
+    assert ctl("cancel", sid).returncode == 125
+    # The next turn starts from the last checkpoint.
+    assert ctl.turn(sid, "recall").returncode == 0
+
+
+def test_turns_queue(ctl):
+    sid = ctl.session_of(ctl.run("recall"))
+    first = start_turn(ctl, sid, "sleep 3")
+    wait_for(lambda: turn_states(ctl, sid)[-1] == "running", what="the first turn")
+    second = start_turn(ctl, sid, "write after.txt x")
+    wait_for(lambda: len(turn_states(ctl, sid)) == 3, what="the second turn to queue")
+    assert turn_states(ctl, sid) == ["succeeded", "running", "queued"]
+    assert first.wait(timeout=60) == 0
+    assert second.wait(timeout=60) == 0
+    assert turn_states(ctl, sid) == ["succeeded"] * 3
+
+
+# ---- fork ----
+
+def test_fork_isolated(ctl):
+    sid = ctl.session_of(ctl.run("write base.txt b"))
+    fa = ctl("fork", sid, check=True).stdout.decode().strip()
+    fb = ctl("fork", sid, check=True).stdout.decode().strip()
+    assert fa != fb and len(fa) == 16
+    assert ctl.turn(fa, "write only-a.txt a").returncode == 0
+    assert ctl.turn(fb, "write only-b.txt b").returncode == 0
+    assert ctl.turn(fb, "recall").returncode == 0
+    # The fork remembers the parent's conversation, not its sibling's.
+    assert "write base.txt b | write only-b.txt b" in last_text(ctl, fb)
+    da = ctl("diff", fa, "1", check=True).stdout.decode()
+    db = ctl("diff", fb, "1", check=True).stdout.decode()
+    assert "only-a.txt" in da and "only-b.txt" not in da
+    assert "only-b.txt" in db and "only-a.txt" not in db
+
+
+def test_fork_of_a_checkpoint_and_delete_keeps_forks(ctl):
+    p = ctl.run("write one.txt 1")
+    sid = ctl.session_of(p)
+    first = ctl.result(p)["checkpoint"]
+    assert ctl.turn(sid, "write two.txt 2").returncode == 0
+    f = ctl("fork", first[:12], check=True).stdout.decode().strip()
+    # The parent goes; the fork's starting point stays.
+    assert ctl("session", "rm", sid).returncode == 0
+    assert ctl("session", "show", sid).returncode == 125
+    assert ctl.turn(f, "write three.txt 3").returncode == 0
+    d = ctl("diff", f, check=True).stdout.decode()
+    assert "A workspace/three.txt" in d and "two.txt" not in d
+
+
+def test_delete_really_deletes(ctl):
+    sid = ctl.session_of(ctl.run("write gone.txt " + "unique-content-" * 50))
+    s, _ = ctl.show(sid)
+    store = ctl.state / "store"
+    def manifests():
+        return sorted(p.name for p in store.rglob("manifests/*"))
+    before = manifests()
+    assert before
+    assert ctl("session", "rm", sid).returncode == 0
+    assert manifests() == []
+    assert not (ctl.state / "sessions" / "local" / sid).exists()
+    assert ctl.a.sandbox("list").stdout.decode().find(s["sandbox"]) < 0
+    assert ctl("session", "show", sid).returncode == 125
+
+
+# ---- tenants ----
+
+def test_other_tenants_ids_look_missing(ctl):
+    sid = ctl.session_of(ctl.run("recall"))
+    theirs = ctl("session", "show", "--tenant", "other", sid)
+    missing = ctl("session", "show", "--tenant", "other", "0123456789abcdef")
+    assert theirs.returncode == missing.returncode == 125
+    assert theirs.stderr.replace(sid.encode(), b"ID") == \
+        missing.stderr.replace(b"0123456789abcdef", b"ID")
+    for cmd in (["turn", sid, "recall"], ["fork", sid], ["cancel", sid], ["diff", sid],
+                ["events", sid], ["session", "rm", sid]):
+        p = ctl(cmd[0], "--tenant", "other", *cmd[1:])
+        assert p.returncode == 125, cmd
+    # Untouched.
+    assert ctl.show(sid)[0]["turns"] == 1
+
+
+# ---- bad input ----
+
+@pytest.mark.parametrize("url", [
+    "http://github.com/a/b", "https://gitlab.com/a/b", "https://github.com:444/a/b",
+    "https://user:pw@github.com/a/b", "https://github.com/a/b@evil", "ext::sh -c id",
+    "file:///etc", "https://github.com/-u/b", "https://github.com/a/--upload-pack=x",
+    "https://github.com/a/b/c", "https://github.com/a/b?x=1", "https://github.com/a/b#x",
+    "https://github.com/../b", "git@github.com:a/b.git",
+])
+def test_bad_repo_urls_refused(ctl, url):
+    p = ctl.run("recall", "--repo", url)
+    assert p.returncode == 125, (url, p.stderr)
+    assert b"github.com/OWNER/REPO" in p.stderr or b"may not be granted" in p.stderr
+    assert ctl("session", "list").stdout == b""
+
+
+def test_bad_config_changes_nothing(airlock, tmp_path):
+    conf = tmp_path / "bad.yaml"
+    conf.write_text(f"state_dir: {tmp_path}/state\npresets:\n  p:\n    agent: fake\n")
+    p = airlock("run", "--config", str(conf), "hello")
+    assert p.returncode == 125
+    assert f"{conf}:4".encode() in p.stderr
+    assert not (tmp_path / "state").exists()
+
+
+def test_missing_preset(ctl):
+    p = ctl("run", "--preset", "nope", "hello")
+    assert p.returncode == 125 and b"no preset named nope" in p.stderr
+
+
+# ---- kill -9 ----
+
+def test_kill9_mid_turn_leaves_no_running_turn(ctl):
+    sid = ctl.session_of(ctl.run("write first.txt 1"))
+    proc = start_turn(ctl, sid, "sleep 300")
+    wait_for(lambda: turn_states(ctl, sid)[-1] == "running", what="the turn to run")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    s, turns = ctl.show(sid)
+    assert turns[-1]["state"] == "failed" and "interrupted" in turns[-1]["reason"]
+    # The next turn starts afresh from the last checkpoint, and works.
+    assert ctl.turn(sid, "recall").returncode == 0
+    assert "write first.txt 1" in last_text(ctl, sid)
+    wait_for(lambda: not our_processes(), timeout=20, what="the killed turn's agent to go")
