@@ -20,7 +20,9 @@
  * time): ctl_db_recover() fails the running turns whose runner is gone
  * (kill -9 of airlock mid-turn), with a reason, so nothing stays running.
  *
- * Every function returns 0 or a negative errno and fills err.
+ * Every function returns 0 or a negative errno and fills err. A database
+ * another process holds past the busy timeout (5 s) is -ETIMEDOUT, never
+ * -EBUSY (a claim's "a turn runs").
  */
 #pragma once
 
@@ -30,21 +32,31 @@
 
 #include "common/error.h"
 
-#define CTL_ID_LEN 16	     /* session ids: hex characters */
-#define CTL_TENANT_MAX 64    /* [A-Za-z0-9._-], 1..64 */
-#define CTL_NAME_MAX 64	     /* preset and agent names */
-#define CTL_CKPT_HEX 64	     /* checkpoint ids (the store's) */
+#define CTL_ID_LEN 16	      /* session ids: hex characters */
+#define CTL_TENANT_MAX 64     /* [A-Za-z0-9._-], 1..64 */
+#define CTL_NAME_MAX 64	      /* preset and agent names */
+#define CTL_CKPT_HEX 64	      /* checkpoint ids (the store's) */
 #define CTL_AGENT_SID_MAX 128 /* the agent's own session id */
 #define CTL_REASON_MAX 512
 #define CTL_SOURCE_MAX 1024
+#define CTL_SANDBOX_ID_MAX 31		 /* ctl_session.sandbox_id */
+#define CTL_PROMPT_MAX (1024u * 1024)	 /* a turn's prompt, bytes */
+#define CTL_EVENT_DATA_MAX (256u * 1024) /* an event's data, bytes */
 
 struct ctl_db;
 
 int ctl_db_open(const char *path, struct ctl_db **ret, struct al_error *err);
 void ctl_db_close(struct ctl_db *db);
 
-/* True for a valid tenant name. */
+/* True for a valid tenant name ("." and ".." are not). */
 bool ctl_tenant_valid(const char *tenant);
+
+/*
+ * The start time of a live process (/proc/PID/stat field 22, clock ticks
+ * after boot), the `start` of a turn's runner: -ESRCH when there is no
+ * such process or it is a zombie.
+ */
+int ctl_proc_starttime(int32_t pid, uint64_t *ret);
 
 /* ---- sessions ---- */
 
@@ -58,10 +70,10 @@ struct ctl_session {
 	char tenant[CTL_TENANT_MAX + 1];
 	char preset[CTL_NAME_MAX + 1];
 	char agent[CTL_NAME_MAX + 1];
-	char source[CTL_SOURCE_MAX + 1]; /* "", a local path, or the GitHub URL */
-	char grant[CTL_SOURCE_MAX + 1];	 /* "github:OWNER/REPO" or "" */
-	char forked_from[CTL_CKPT_HEX + 1];	/* checkpoint it was forked from, or "" */
-	char last_checkpoint[CTL_CKPT_HEX + 1]; /* "" until the first one */
+	char source[CTL_SOURCE_MAX + 1];	   /* "", a local path, or the GitHub URL */
+	char grant[CTL_SOURCE_MAX + 1];		   /* "github:OWNER/REPO" or "" */
+	char forked_from[CTL_CKPT_HEX + 1];	   /* checkpoint it was forked from, or "" */
+	char last_checkpoint[CTL_CKPT_HEX + 1];	   /* "" until the first one */
 	char agent_session[CTL_AGENT_SID_MAX + 1]; /* the agent's own id, "" before turn 1 */
 	char sandbox_id[32];			   /* the live sandbox, or "" */
 	char sandbox_checkpoint[CTL_CKPT_HEX + 1]; /* what the live sandbox holds */
@@ -70,9 +82,12 @@ struct ctl_session {
 	uint32_t turns;		  /* number of turns so far */
 };
 
+/* Session ids: ctl_db_session_get takes a prefix, every other function
+ * the full id (CTL_ID_LEN lower-case hex digits). */
+
 /* Inserts s (id, tenant, preset, agent, source, grant, forked_from,
  * last_checkpoint as given; created/updated set here). -EEXIST if the id
- * is taken. */
+ * is taken (by any tenant: ids are random, and are never shared). */
 int ctl_db_session_insert(struct ctl_db *db, const struct ctl_session *s, struct al_error *err);
 /* id may be a unique prefix (at least 4 characters); -ENOENT when none or
  * another tenant's, -EINVAL ("ambiguous") when several. */
@@ -119,8 +134,8 @@ struct ctl_turn {
 	char tenant[CTL_TENANT_MAX + 1];
 	uint32_t n; /* 1, 2, ... within the session */
 	enum ctl_turn_state state;
-	char *prompt; /* owned: ctl_turn_clear */
-	char reason[CTL_REASON_MAX + 1]; /* why it failed or was cancelled; "" */
+	char *prompt;			   /* owned: ctl_turn_clear */
+	char reason[CTL_REASON_MAX + 1];   /* why it failed or was cancelled; "" */
 	char checkpoint[CTL_CKPT_HEX + 1]; /* committed after it; "" */
 	struct ctl_usage usage;
 	int64_t queued_at, started_at, ended_at; /* unix ms; 0 not yet */
@@ -145,7 +160,9 @@ int ctl_db_turn_claim(struct ctl_db *db, const char *tenant, const char *session
  * success also the checkpoint, which becomes the session's last one (its
  * checkpoint row inserted) and the agent's session id — all in one
  * transaction. -EALREADY (nothing changed but late_outcome) when the
- * turn is already terminal (cancelled while this ran).
+ * turn is already terminal (cancelled while this ran). A checkpoint or
+ * agent session id given with a failed turn is recorded the same way; ""
+ * (or NULL) leaves the session's as it was.
  */
 int ctl_db_turn_finish(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
 		       enum ctl_turn_state state, const char *reason, const struct ctl_usage *usage,
@@ -173,9 +190,10 @@ int ctl_db_recover(struct ctl_db *db, unsigned *ret_n, struct al_error *err);
 /* Appends one event (kind: "text", "tool_call", "tool_result", "usage",
  * "error", "status"; data: a JSON object as text, already bounded and
  * redacted) to turn n; *ret_seq its sequence number within the session
- * (1, 2, ...). */
+ * (1, 2, ...). Kinds are 1 to 32 of [a-z0-9_]. */
 int ctl_db_event_append(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
-			const char *kind, const char *data, uint64_t *ret_seq, struct al_error *err);
+			const char *kind, const char *data, uint64_t *ret_seq,
+			struct al_error *err);
 struct ctl_event_row {
 	uint64_t seq;
 	uint32_t turn;
@@ -183,7 +201,8 @@ struct ctl_event_row {
 	const char *kind;
 	const char *data;
 };
-/* Events with seq > after, oldest first, at most limit (0: all). */
+/* Events with seq > after, oldest first, at most limit (0: all). The
+ * row's kind and data live for the call only. */
 int ctl_db_event_list(struct ctl_db *db, const char *tenant, const char *session, uint64_t after,
 		      size_t limit, int (*fn)(const struct ctl_event_row *e, void *ud), void *ud,
 		      struct al_error *err);
