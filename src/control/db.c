@@ -113,6 +113,7 @@ static const char *const migrations[] = {
 	" runner_pid INTEGER NOT NULL DEFAULT 0,"
 	" runner_start INTEGER NOT NULL DEFAULT 0,"
 	" late_outcome TEXT NOT NULL DEFAULT '',"
+	" agent_session TEXT NOT NULL DEFAULT '',"
 	" PRIMARY KEY (tenant, session, n),"
 	" FOREIGN KEY (tenant, session) REFERENCES sessions (tenant, id) ON DELETE CASCADE);"
 	/* One running turn per session, held by the database itself too. */
@@ -902,7 +903,8 @@ int ctl_db_session_insert(struct ctl_db *db, const struct ctl_session *s, struct
 	    (r = check_len(s->source, CTL_SOURCE_MAX, "the source", err)) < 0 ||
 	    (r = check_len(s->grant, CTL_SOURCE_MAX, "the grant", err)) < 0 ||
 	    (r = check_ckpt(s->forked_from, true, "checkpoint id to fork from", err)) < 0 ||
-	    (r = check_ckpt(s->last_checkpoint, true, "last checkpoint id", err)) < 0)
+	    (r = check_ckpt(s->last_checkpoint, true, "last checkpoint id", err)) < 0 ||
+	    (r = check_len(s->agent_session, CTL_AGENT_SID_MAX, "the agent's session id", err)) < 0)
 		return r;
 
 	_cleanup_tx_ struct tx tx = { 0 };
@@ -926,8 +928,8 @@ int ctl_db_session_insert(struct ctl_db *db, const struct ctl_session *s, struct
 	int64_t now = now_ms();
 	r = q_prepare(db, &q,
 		      "INSERT INTO sessions (tenant, id, preset, agent, source, repo_grant, "
-		      "forked_from, last_checkpoint, created, updated) "
-		      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+		      "forked_from, last_checkpoint, agent_session, created, updated) "
+		      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?10, ?9, ?9)",
 		      "cannot add the session", err);
 	if (r < 0)
 		return r;
@@ -940,6 +942,7 @@ int ctl_db_session_insert(struct ctl_db *db, const struct ctl_session *s, struct
 	q_text(&q, 7, s->forked_from);
 	q_text(&q, 8, s->last_checkpoint);
 	q_int(&q, 9, now);
+	q_text(&q, 10, s->agent_session);
 	r = q_exec(&q, NULL, err);
 	if (r < 0)
 		return r;
@@ -1143,7 +1146,7 @@ void ctl_turn_clear(struct ctl_turn *t)
 #define TURN_COLS                                                                              \
 	"session, tenant, n, state, prompt, reason, checkpoint, input_tokens, output_tokens, " \
 	"cache_read_tokens, cache_write_tokens, cost_usd, queued_at, started_at, ended_at, "   \
-	"runner_pid, runner_start, late_outcome"
+	"runner_pid, runner_start, late_outcome, agent_session"
 
 static int read_turn(sqlite3_stmt *st, struct ctl_turn *t, struct al_error *err)
 {
@@ -1173,6 +1176,7 @@ static int read_turn(sqlite3_stmt *st, struct ctl_turn *t, struct al_error *err)
 	t->runner_pid = (int32_t)sqlite3_column_int64(st, 15);
 	t->runner_start = (uint64_t)sqlite3_column_int64(st, 16);
 	col_copy(st, 17, t->late_outcome, sizeof(t->late_outcome));
+	col_copy(st, 18, t->agent_session, sizeof(t->agent_session));
 	return 0;
 }
 
@@ -1453,7 +1457,8 @@ int ctl_db_turn_finish(struct ctl_db *db, const char *tenant, const char *sessio
 	r = q_prepare(db, &q,
 		      "UPDATE turns SET state = ?4, reason = ?5, checkpoint = ?6, "
 		      "input_tokens = ?7, output_tokens = ?8, cache_read_tokens = ?9, "
-		      "cache_write_tokens = ?10, cost_usd = ?11, ended_at = ?12 "
+		      "cache_write_tokens = ?10, cost_usd = ?11, ended_at = ?12, "
+		      "agent_session = ?13 "
 		      "WHERE tenant = ?1 AND session = ?2 AND n = ?3",
 		      "cannot finish the turn", err);
 	if (r < 0)
@@ -1470,6 +1475,7 @@ int ctl_db_turn_finish(struct ctl_db *db, const char *tenant, const char *sessio
 	q_u64(&q, 10, usage->cache_write_tokens);
 	q_double_or_null(&q, 11, usage->have_cost, usage->cost_usd);
 	q_int(&q, 12, now);
+	q_text(&q, 13, agent_session);
 	r = q_exec(&q, NULL, err);
 	if (r < 0)
 		return r;
@@ -1630,6 +1636,7 @@ int ctl_db_turn_list(struct ctl_db *db, const char *tenant, const char *session,
 struct running {
 	char tenant[CTL_TENANT_MAX + 1];
 	char session[CTL_ID_LEN + 1];
+	char sandbox[CTL_SANDBOX_ID_MAX + 1];
 	uint32_t n;
 	int32_t pid;
 	uint64_t start;
@@ -1667,7 +1674,8 @@ static int fail_interrupted(struct ctl_db *db, const struct running *t, int64_t 
 	return q_exec(&q, NULL, err);
 }
 
-int ctl_db_recover(struct ctl_db *db, unsigned *ret_n, struct al_error *err)
+int ctl_db_recover(struct ctl_db *db, void (*gone)(const char *sandbox_id, void *ud), void *ud,
+		   unsigned *ret_n, struct al_error *err)
 {
 	_cleanup_tx_ struct tx tx = { 0 };
 	int r = tx_begin(db, &tx, err);
@@ -1679,8 +1687,9 @@ int ctl_db_recover(struct ctl_db *db, unsigned *ret_n, struct al_error *err)
 	size_t n_dead = 0, cap = 0;
 	_cleanup_q_ struct q q = { 0 };
 	r = q_prepare(db, &q,
-		      "SELECT tenant, session, n, runner_pid, runner_start FROM turns "
-		      "WHERE state = 1",
+		      "SELECT t.tenant, t.session, t.n, t.runner_pid, t.runner_start, s.sandbox_id "
+		      "FROM turns t JOIN sessions s ON s.tenant = t.tenant AND s.id = t.session "
+		      "WHERE t.state = 1",
 		      "cannot read the running turns", err);
 	if (r < 0)
 		return r;
@@ -1691,6 +1700,7 @@ int ctl_db_recover(struct ctl_db *db, unsigned *ret_n, struct al_error *err)
 		t.n = (uint32_t)sqlite3_column_int64(q.st, 2);
 		t.pid = (int32_t)sqlite3_column_int64(q.st, 3);
 		t.start = (uint64_t)sqlite3_column_int64(q.st, 4);
+		col_copy(q.st, 5, t.sandbox, sizeof(t.sandbox));
 		if (runner_alive(t.pid, t.start))
 			continue;
 		if (n_dead == cap) {
@@ -1716,6 +1726,9 @@ int ctl_db_recover(struct ctl_db *db, unsigned *ret_n, struct al_error *err)
 	r = tx_commit(&tx, err);
 	if (r < 0)
 		return r;
+	for (size_t i = 0; gone && i < n_dead; i++)
+		if (dead[i].sandbox[0])
+			gone(dead[i].sandbox, ud);
 	if (ret_n)
 		*ret_n = (unsigned)n_dead;
 	return 0;

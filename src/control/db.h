@@ -142,6 +142,7 @@ struct ctl_turn {
 	int32_t runner_pid;			 /* while running */
 	uint64_t runner_start;			 /* its start time (/proc stat field 22) */
 	char late_outcome[32]; /* a completion after a terminal state: its state name */
+	char agent_session[CTL_AGENT_SID_MAX + 1]; /* the agent's id after this turn */
 };
 void ctl_turn_clear(struct ctl_turn *t);
 
@@ -180,10 +181,12 @@ int ctl_db_turn_list(struct ctl_db *db, const char *tenant, const char *session,
 /*
  * Fails every running turn whose runner (pid and start time) is no longer
  * alive, with reason "interrupted: airlock stopped while the turn ran"; the
- * session's sandbox is forgotten (it may hold uncommitted state).
+ * session's sandbox is forgotten (it may hold uncommitted state), and
+ * handed to gone (may be NULL) after the commit, to be destroyed.
  * *ret_n how many.
  */
-int ctl_db_recover(struct ctl_db *db, unsigned *ret_n, struct al_error *err);
+int ctl_db_recover(struct ctl_db *db, void (*gone)(const char *sandbox_id, void *ud), void *ud,
+		   unsigned *ret_n, struct al_error *err);
 
 /* ---- events ---- */
 

@@ -164,6 +164,15 @@ static int add_secret(const char *name, const char *value, size_t len, void *ud)
 	return r == -EINVAL ? 0 : r;
 }
 
+/* The sandbox of a turn whose runner died: it holds what was never
+ * committed. Best effort: `airlock sandbox gc` finds what is left. */
+static void sandbox_gone(const char *id, void *ud)
+{
+	struct ctl_ctx *c = ud;
+	struct al_error e = { 0 };
+	(void)sbx_destroy(&c->set, id, &e);
+}
+
 int ctl_ctx_open(struct ctl_ctx *c, const char *conf_path, struct al_error *err)
 {
 	memset(c, 0, sizeof(*c));
@@ -203,7 +212,7 @@ int ctl_ctx_open(struct ctl_ctx *c, const char *conf_path, struct al_error *err)
 	if ((r = ctl_vault_each(c->conf->vault, add_secret, c->red, err)) < 0)
 		return r;
 	unsigned n = 0;
-	return ctl_db_recover(c->db, &n, err);
+	return ctl_db_recover(c->db, sandbox_gone, c, &n, err);
 }
 
 void ctl_ctx_close(struct ctl_ctx *c)
@@ -1156,37 +1165,6 @@ out:
 	return r;
 }
 
-/* A process's start time (clock ticks after boot, /proc/PID/stat field
- * 22): with the pid, what names a runner in the turn's record. */
-static int proc_start_time(pid_t pid, uint64_t *ret)
-{
-	char path[64], *text = NULL;
-	size_t len = 0;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	int r = read_file_bounded(AT_FDCWD, path, 4096, &text, &len);
-	if (r < 0)
-		return r;
-	/* After the command's name, which may hold anything but ends at the
-	 * last ')'. */
-	char *p = NULL;
-	for (size_t i = len; i > 0; i--)
-		if (text[i - 1] == ')') {
-			p = text + i;
-			break;
-		}
-	r = -EBADMSG;
-	for (int field = 2; p && *p; p++) {
-		if (*p != ' ')
-			continue;
-		if (++field == 22) {
-			r = parse_u64_prefix(p + 1, ret, NULL);
-			break;
-		}
-	}
-	free(text);
-	return r < 0 ? -EBADMSG : 0;
-}
-
 /* Waits until this turn may run (the one before it ended); 0 once claimed
  * (*t filled), -ECANCELED when it was cancelled while it waited. */
 static int turn_wait_claim(struct ctl_ctx *c, const char *tenant, const char *session,
@@ -1194,7 +1172,7 @@ static int turn_wait_claim(struct ctl_ctx *c, const char *tenant, const char *se
 			   struct al_error *err)
 {
 	uint64_t start = 0;
-	(void)proc_start_time(getpid(), &start);
+	(void)ctl_proc_starttime((int32_t)getpid(), &start);
 	bool said = false;
 	for (;;) {
 		struct ctl_turn cur = { 0 };

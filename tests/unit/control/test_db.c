@@ -1028,7 +1028,7 @@ static void test_recover(void **state)
 	ctl_turn_clear(&t);
 
 	unsigned n = 99;
-	assert_int_equal(ctl_db_recover(db, &n, &err), 0);
+	assert_int_equal(ctl_db_recover(db, NULL, NULL, &n, &err), 0);
 	assert_int_equal(n, 2);
 
 	t = get_turn(db, "t", dead, 1);
@@ -1062,7 +1062,7 @@ static void test_recover(void **state)
 	assert_int_equal(claim_ok(db, "t", dead), 2);
 
 	n = 99;
-	assert_int_equal(ctl_db_recover(db, &n, &err), 0);
+	assert_int_equal(ctl_db_recover(db, NULL, NULL, &n, &err), 0);
 	assert_int_equal(n, 0);
 	ctl_db_close(db);
 }
@@ -1622,7 +1622,7 @@ static void test_crash_before_commit(void **state)
 			assert_int_equal(turn_state(db, "t", id, want_turns[k]), st);
 		unsigned n = 9;
 		struct al_error err = { 0 };
-		assert_int_equal(ctl_db_recover(db, &n, &err), 0);
+		assert_int_equal(ctl_db_recover(db, NULL, NULL, &n, &err), 0);
 		assert_int_equal(n, k == 0 ? 1 : 0);
 		if (k == 0)
 			assert_int_equal(turn_state(db, "t", id, want_turns[k]), CTL_TURN_FAILED);
