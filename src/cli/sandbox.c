@@ -27,6 +27,8 @@
 
 enum {
 	OPT_WORKSPACE = 256,
+	OPT_HOME,
+	OPT_HOME_PATH,
 	OPT_IMAGE,
 	OPT_NETWORK,
 	OPT_ENV,
@@ -45,6 +47,11 @@ enum {
 static const struct cli_optdef spec_optdefs[] = {
 	{ "workspace", OPT_WORKSPACE, "DIR",
 	  "shown as /workspace (default: a fresh empty directory)" },
+	{ "home", OPT_HOME, "DIR",
+	  "the home directory inside (HOME), read-write; owned like\n"
+	  "the workspace, which it needs (default: none, /root is the\n"
+	  "sandbox's own)" },
+	{ "home-path", OPT_HOME_PATH, "PATH", "where the home is: /root (default) or /home/NAME" },
 	{ "image", OPT_IMAGE, "host|DIR",
 	  "root filesystem (default host: the host's /usr, /etc, ...\n"
 	  "read-only under a writable overlay)" },
@@ -136,9 +143,9 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 		}
 		li = -1;
 		bool is_gw = c >= OPT_GW_ALLOW && c <= OPT_GW_VAULT;
-		bool is_spec = c == OPT_WORKSPACE || c == OPT_IMAGE || c == OPT_NETWORK ||
-			       c == OPT_MEMORY || c == OPT_PIDS || c == OPT_CPUS ||
-			       c == OPT_HOSTNAME || is_gw;
+		bool is_spec = c == OPT_WORKSPACE || c == OPT_HOME || c == OPT_HOME_PATH ||
+			       c == OPT_IMAGE || c == OPT_NETWORK || c == OPT_MEMORY ||
+			       c == OPT_PIDS || c == OPT_CPUS || c == OPT_HOSTNAME || is_gw;
 		bool is_exec = c == OPT_TIMEOUT || c == OPT_OUTPUT_LIMIT || c == OPT_CWD;
 		bool is_run = c == OPT_AUDIT;
 		if ((is_spec && !spec_opts) || (is_exec && !exec_opts) ||
@@ -159,6 +166,26 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 		case OPT_WORKSPACE:
 			o->spec.workspace = optarg;
 			break;
+		case OPT_HOME:
+			if (!*optarg)
+				return cli_fail("--home wants a directory");
+			o->spec.home = optarg;
+			break;
+		case OPT_HOME_PATH: {
+			if (sbx_home_path_valid(optarg)) {
+				o->spec.home_path = optarg;
+				break;
+			}
+			/* Said back on one line, or not at all. */
+			bool printable = true;
+			for (const char *ch = optarg; *ch; ch++)
+				if ((unsigned char)*ch < 0x20 || *ch == 0x7f)
+					printable = false;
+			return cli_fail("--home-path wants /root or /home/NAME (NAME: a lower-case "
+					"letter or '_', then up to 31 of a-z, 0-9, '_', '-')%s%s%s",
+					printable ? ", not '" : "", printable ? optarg : "",
+					printable ? "'" : "");
+		}
 		case OPT_IMAGE:
 			if (!*optarg)
 				return cli_fail("--image wants host or a directory");
@@ -450,9 +477,11 @@ static int print_info(const struct sbx_info *info, void *ud)
 	time_t t = (time_t)info->created;
 	gmtime_r(&t, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	printf("%-16s  %-8s  %-20s  %-10s  %-6" PRIu64 "  %s\n", info->id,
+	/* The home, when there is one, after its workspace (whose owner it has). */
+	printf("%-16s  %-8s  %-20s  %-10s  %-6" PRIu64 "  %s%s%s%s\n", info->id,
 	       info->running ? "running" : "dead", when, info->image, info->oom_kills,
-	       info->workspace[0] ? info->workspace : "(fresh)");
+	       info->workspace[0] ? info->workspace : "(fresh)", info->home[0] ? " (home " : "",
+	       info->home, info->home[0] ? ")" : "");
 	return 0;
 }
 

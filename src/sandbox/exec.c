@@ -83,7 +83,7 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 	struct sbx_env env = { 0 }, base = { 0 };
 	r = sbx_env_read_file(&paths, &base);
 	if (r >= 0)
-		r = sbx_env_build(&env, base.v, base.n, opts->env, opts->n_env);
+		r = sbx_env_build(&env, NULL, base.v, base.n, opts->env, opts->n_env);
 	sbx_env_free(&base);
 	_cleanup_free_ uint8_t *req = NULL;
 	size_t req_len = 0;

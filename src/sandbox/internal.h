@@ -44,6 +44,7 @@ struct sbx_state {
 	struct sbx_cgroup cg;
 	char image[256];
 	char workspace[512];
+	char home[512];		      /* "" when none */
 	char etc_gen[SBX_ID_LEN + 1]; /* the /etc view in use; "" for images */
 	bool ephemeral;
 	uint64_t memory_bytes;

@@ -99,6 +99,7 @@ int sbx_list(const struct sbx_settings *set, int (*fn)(const struct sbx_info *in
 		memcpy(info.id, st.id, sizeof(info.id));
 		snprintf(info.image, sizeof(info.image), "%s", st.image);
 		snprintf(info.workspace, sizeof(info.workspace), "%s", st.workspace);
+		snprintf(info.home, sizeof(info.home), "%s", st.home);
 		int pidfd = sbx_state_pidfd(&st);
 		info.running = pidfd >= 0;
 		safe_close(pidfd);

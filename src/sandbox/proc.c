@@ -355,12 +355,18 @@ int sbx_env_set(struct sbx_env *e, const char *kv)
 	return 0;
 }
 
-int sbx_env_build(struct sbx_env *e, char *const *spec_env, size_t n_spec, char *const *extra,
-		  size_t n_extra)
+int sbx_env_build(struct sbx_env *e, const char *home, char *const *spec_env, size_t n_spec,
+		  char *const *extra, size_t n_extra)
 {
 	int r = sbx_env_set(e, "PATH=" DEFAULT_PATH);
 	if (r >= 0)
 		r = sbx_env_set(e, "HOME=/root");
+	if (r >= 0 && home) {
+		char buf[80];
+		if (snprintf(buf, sizeof(buf), "HOME=%s", home) >= (int)sizeof(buf))
+			return -ENAMETOOLONG;
+		r = sbx_env_set(e, buf);
+	}
 	const char *term = getenv("TERM");
 	if (r >= 0 && term && strlen(term) < 64 && !strchr(term, '\n')) {
 		char buf[80];

@@ -65,10 +65,14 @@ struct sbx_env {
 void sbx_env_free(struct sbx_env *e);
 /* Sets K=V, replacing an earlier K. */
 int sbx_env_set(struct sbx_env *e, const char *kv);
-/* PATH, HOME, the caller's TERM, then the sandbox's env, then extra. */
-int sbx_env_build(struct sbx_env *e, char *const *spec_env, size_t n_spec, char *const *extra,
-		  size_t n_extra);
-/* state.c: the NUL-separated --env file of a persistent sandbox. */
+/* PATH, HOME (home, or /root when NULL), the caller's TERM, then the
+ * sandbox's env, then extra. */
+int sbx_env_build(struct sbx_env *e, const char *home, char *const *spec_env, size_t n_spec,
+		  char *const *extra, size_t n_extra);
+/* The HOME of a sandbox's commands: its home's path inside, or NULL (/root). */
+const char *sbx_spec_home(const struct sbx_spec *spec);
+/* state.c: the NUL-separated --env file of a persistent sandbox (HOME first
+ * when the sandbox has a home, then its --env). */
 int sbx_env_write_file(const struct sbx_paths *p, const struct sbx_spec *spec);
 int sbx_env_read_file(const struct sbx_paths *p, struct sbx_env *e);
 

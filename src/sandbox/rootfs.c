@@ -69,6 +69,8 @@ struct sbx_rootfs_plan {
 	bool ws_idmap;
 	uint32_t ws_uid, ws_gid; /* on-disk owner of the workspace */
 	int ws_fd;		 /* O_PATH descriptor of --workspace, or -1 */
+	int home_fd;		 /* the home: O_PATH descriptor, then its tree; or -1 */
+	char home_rel[48];	 /* where inside, relative to "/": "root", "home/NAME" */
 	uint32_t uid;		 /* host uid of root inside */
 	uint64_t tmp_size;
 	uint64_t state_size; /* of the private tmpfs holding "/" and the upper layers */
@@ -123,6 +125,7 @@ void sbx_rootfs_plan_free(struct sbx_rootfs_plan *plan)
 	if (!plan)
 		return;
 	safe_close(plan->ws_fd);
+	safe_close(plan->home_fd);
 	for (size_t i = 0; i < plan->n_layers; i++)
 		safe_close(plan->layers[i].fd);
 	free(plan->host_bundle);
@@ -134,6 +137,8 @@ size_t sbx_rootfs_plan_fds(const struct sbx_rootfs_plan *plan, int *out, size_t 
 	size_t n = 0;
 	if (plan->ws_fd >= 0 && n < max)
 		out[n++] = plan->ws_fd;
+	if (plan->home_fd >= 0 && n < max)
+		out[n++] = plan->home_fd;
 	for (size_t i = 0; i < plan->n_layers && n < max; i++)
 		out[n++] = plan->layers[i].fd;
 	return n;
@@ -436,9 +441,18 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 		plan->ws_gid = (uint32_t)gid;
 		return 0;
 	}
-	/* Owned by host root: the sandbox must never create root-owned files
-	 * on the host. An empty private directory is handed to the sandbox's
-	 * root; a shared one (/tmp, /dev/shm: world-writable or sticky) never. */
+	/* Owned by host root. With a home, refused before anything is handed
+	 * over: the home would need the workspace's new owner, the sandbox's
+	 * root, which no directory the caller made can have. */
+	if (spec->home)
+		return al_error_set(
+			err, -EPERM,
+			"workspace %s is owned by root: with a home, give the workspace "
+			"and the home one unprivileged owner (chown)",
+			spec->workspace);
+	/* The sandbox must never create root-owned files on the host. An
+	 * empty private directory is handed to the sandbox's root; a shared
+	 * one (/tmp, /dev/shm: world-writable or sticky) never. */
 	if (st.st_mode & (S_IWOTH | S_ISVTX))
 		return al_error_set(err, -EPERM,
 				    "workspace %s is a shared directory owned by root: give the "
@@ -467,6 +481,52 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 		return al_error_set_errno(err, -errno, "cannot hand workspace to the sandbox");
 	plan->ws_idmap = true;
 	plan->ws_uid = plan->ws_gid = plan->uid;
+	return 0;
+}
+
+/*
+ * The agent's home: a host directory of the workspace's owner and group,
+ * mapped through the workspace's idmap (the same user namespace), so that
+ * everything said of the workspace's ownership holds for it too.
+ */
+static int prepare_home(const struct sbx_spec *spec, struct sbx_rootfs_plan *plan,
+			struct al_error *err)
+{
+	if (!spec->home)
+		return 0;
+	const char *home = spec->home;
+	/* validate_spec checked the path; its copy outlives the spec's strings,
+	 * which the init wipes. */
+	const char *inside = spec->home_path ? spec->home_path : "/root";
+	if (fmt(plan->home_rel, sizeof(plan->home_rel), "%s", inside + 1) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "home path too long");
+	if (!spec->workspace || !plan->ws_idmap)
+		return al_error_set(err, -EINVAL,
+				    "home %s needs a workspace directory: a home must have the "
+				    "workspace's owner",
+				    home);
+	int fd = open_dir_no_links(home);
+	if (fd == -ELOOP)
+		return al_error_set(err, -ELOOP,
+				    "home %s goes through a symbolic link: give its real path",
+				    home);
+	if (fd == -ENOTDIR)
+		return al_error_set(err, -ENOTDIR, "home %s is not a directory", home);
+	if (fd < 0)
+		return al_error_set_errno(err, fd, "home %s", home);
+	plan->home_fd = fd;
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return al_error_set_errno(err, -errno, "home %s", home);
+	/* Any other id has no name in the workspace's idmap: files of another
+	 * owner would be out of reach inside, and the sandbox's files there
+	 * would not be the workspace owner's. */
+	if ((uint32_t)st.st_uid != plan->ws_uid || (uint32_t)st.st_gid != plan->ws_gid)
+		return al_error_set(err, -EPERM,
+				    "home %s belongs to %u:%u and the workspace %s to %u:%u: a "
+				    "home must have the workspace's owner and group",
+				    home, (unsigned)st.st_uid, (unsigned)st.st_gid, spec->workspace,
+				    (unsigned)plan->ws_uid, (unsigned)plan->ws_gid);
 	return 0;
 }
 
@@ -520,7 +580,7 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 	_cleanup_(sbx_rootfs_plan_freep) struct sbx_rootfs_plan *plan = calloc(1, sizeof(*plan));
 	if (!plan)
 		return al_error_set(err, -ENOMEM, "out of memory");
-	plan->ws_fd = -1;
+	plan->ws_fd = plan->home_fd = -1;
 	plan->uid = uid;
 	plan->spec = spec;
 	memcpy(plan->dir, p->dir, sizeof(plan->dir));
@@ -539,6 +599,8 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 				    "state directory %s may not contain ',', ':' or '\\'", p->dir);
 
 	int r = prepare_workspace(spec, plan, err);
+	if (r >= 0)
+		r = prepare_home(spec, plan, err);
 	if (r < 0)
 		return r;
 	/* The one directory on disk: the mount point of the private tmpfs. */
@@ -749,6 +811,14 @@ int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_us
 		close(plan->ws_fd);
 		plan->ws_fd = t;
 	}
+	if (plan->home_fd >= 0) {
+		/* prepare_home made sure the workspace is idmapped. */
+		int t = make_tree(plan->home_fd, "the home", ws_userns_fd, false, err);
+		if (t < 0)
+			return t;
+		close(plan->home_fd);
+		plan->home_fd = t;
+	}
 	return 0;
 }
 
@@ -756,6 +826,71 @@ static int attach_tree(int tree_fd, const char *dst, struct al_error *err)
 {
 	if (sys_move_mount(tree_fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 		return al_error_set_errno(err, -errno, "cannot attach a mount at %s", dst);
+	return 0;
+}
+
+/* A directory below dfd, in one step, following no link and crossing no mount. */
+static int open_dir_beneath(int dfd, const char *name)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
+			   RESOLVE_NO_XDEV,
+	};
+	int fd = (int)syscall(SYS_openat2, dfd, name, &how, sizeof(how));
+	return fd < 0 ? -errno : fd;
+}
+
+/*
+ * Attaches the home at its place in the new root, found segment by segment
+ * without following a link and made (as root inside, so that it is the
+ * sandbox's) where it is missing. With --image DIR /home and /root are the
+ * image's: a link there would resolve against the host's root, where the
+ * init still is, so one is refused rather than followed.
+ */
+static int attach_home(const struct sbx_rootfs_plan *plan, struct maker *mk, struct al_error *err)
+{
+	_cleanup_close_ int dfd = open(plan->root, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (dfd < 0)
+		return al_error_set_errno(err, -errno, "cannot open %s", plan->root);
+	char rel[sizeof(plan->home_rel)];
+	memcpy(rel, plan->home_rel, sizeof(rel));
+	for (char *seg = rel;;) {
+		char *slash = strchr(seg, '/');
+		if (slash)
+			*slash = '\0';
+		int fd = open_dir_beneath(dfd, seg);
+		if (fd == -ENOENT) {
+			/* /root is private to its owner; the rest is a mount point. */
+			mode_t mode = (seg == rel && strcmp(seg, "root") == 0) ? 0700 : 0755;
+			int r = as_owner(mk, plan->uid);
+			if (r >= 0 && mkdirat(dfd, seg, mode) < 0 && errno != EEXIST)
+				r = -errno;
+			int back = as_owner(mk, 0);
+			if (r >= 0)
+				r = back;
+			fd = r < 0 ? r : open_dir_beneath(dfd, seg);
+		}
+		if (fd == -ELOOP || fd == -ENOTDIR || fd == -EXDEV)
+			return al_error_set(
+				err, fd,
+				"cannot attach the home at /%s: /%s is not a directory "
+				"of the sandbox's root (a symbolic link is not followed)",
+				plan->home_rel, rel);
+		if (fd < 0)
+			return al_error_set_errno(err, fd, "cannot attach the home at /%s",
+						  plan->home_rel);
+		close(dfd);
+		dfd = fd;
+		if (!slash)
+			break;
+		*slash = '/';
+		seg = slash + 1;
+	}
+	if (sys_move_mount(plan->home_fd, "", dfd, "",
+			   MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+		return al_error_set_errno(err, -errno, "cannot attach the home at /%s",
+					  plan->home_rel);
 	return 0;
 }
 
@@ -963,6 +1098,11 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 		if (mount(plan->workspace, path, NULL, MS_BIND, NULL) < 0 ||
 		    mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
 			return al_error_set_errno(err, -errno, "cannot bind the workspace");
+	}
+	if (plan->home_fd >= 0) {
+		r = attach_home(plan, &mk, err);
+		if (r < 0)
+			return r;
 	}
 
 	/* Switch to the new root; the old one is detached entirely. */

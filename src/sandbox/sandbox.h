@@ -51,6 +51,13 @@ typedef int (*sbx_net_ready_fn)(const struct sbx_net_fds *fds, const char *sandb
 struct sbx_spec {
 	const char *image;     /* NULL or "host": the host's system directories */
 	const char *workspace; /* NULL: a fresh empty directory */
+	/* NULL: none. A host directory with the same owner and group as the
+	 * workspace (so a workspace is needed), attached read-write at
+	 * home_path inside, idmapped like the workspace; HOME names it. */
+	const char *home;
+	/* Where; NULL: "/root". "/root" or "/home/NAME" (NAME:
+	 * [a-z_][a-z0-9_-]{0,31}). Only with a home. */
+	const char *home_path;
 	enum sbx_network network;
 	const char *hostname; /* NULL: "airlock" */
 	char **env;	      /* K=V strings given for every command */
@@ -134,6 +141,7 @@ struct sbx_info {
 	int64_t created; /* unix seconds */
 	char image[256];
 	char workspace[512];
+	char home[512];	    /* "" when none */
 	uint64_t oom_kills; /* by the memory limit, over the sandbox's life so far */
 };
 
@@ -148,3 +156,5 @@ int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_erro
 int sbx_doctor(int out_fd);
 
 bool sbx_id_valid(const char *id);
+/* "/root" or "/home/NAME" with NAME of [a-z_][a-z0-9_-]{0,31}. */
+bool sbx_home_path_valid(const char *path);

@@ -139,14 +139,29 @@ static int validate_spec(const struct sbx_settings *set, const struct sbx_spec *
 		if (!ok)
 			return al_error_set(err, -EINVAL, "invalid hostname '%s'", spec->hostname);
 	}
-	const char *paths[] = { spec->workspace, spec->image };
+	const char *paths[] = { spec->workspace, spec->image, spec->home, spec->home_path };
+	const char *what[] = { "workspace", "image", "home", "home" };
 	for (size_t i = 0; i < ARRAY_SIZE(paths); i++) {
 		for (const char *c = paths[i]; c && *c; c++)
 			if ((unsigned char)*c < 0x20 || *c == 0x7f)
 				return al_error_set(err, -EINVAL,
 						    "%s path contains a control character",
-						    i == 0 ? "workspace" : "image");
+						    what[i]);
 	}
+	if (spec->home_path && !spec->home)
+		return al_error_set(err, -EINVAL, "a home path (%s) needs a home directory",
+				    spec->home_path);
+	if (spec->home && !spec->workspace)
+		return al_error_set(err, -EINVAL,
+				    "home %s needs a workspace directory: a home must have the "
+				    "workspace's owner",
+				    spec->home);
+	if (spec->home_path && !sbx_home_path_valid(spec->home_path))
+		return al_error_set(
+			err, -EINVAL,
+			"home path '%s' is neither /root nor /home/NAME (NAME: a "
+			"lower-case letter or '_', then up to 31 of a-z, 0-9, '_', '-')",
+			spec->home_path);
 	if (spec->n_env > SBX_MAX_ENV)
 		return al_error_set(err, -E2BIG, "too many --env (at most %d)", SBX_MAX_ENV);
 	for (size_t i = 0; i < spec->n_env; i++) {
@@ -222,6 +237,8 @@ static int plan_sandbox(const struct sbx_settings *set, const struct sbx_spec *s
 		 spec->image ? spec->image : "host");
 	snprintf(sb->state.workspace, sizeof(sb->state.workspace), "%s",
 		 spec->workspace ? spec->workspace : "");
+	if (spec->home)
+		snprintf(sb->state.home, sizeof(sb->state.home), "%s", spec->home);
 
 	/* Held (shared) until the sandbox has mounted it: see etcview.c. */
 	if (!spec->image || strcmp(spec->image, "host") == 0) {
@@ -449,7 +466,8 @@ int sbx_run(const struct sbx_settings *set, const struct sbx_spec *spec, char *c
 		sbx_stdio_close(&io);
 		return al_error_set_errno(err, r, "pipe");
 	}
-	r = sbx_env_build(&env, spec->env, spec->n_env, opts->env, opts->n_env);
+	r = sbx_env_build(&env, sbx_spec_home(spec), spec->env, spec->n_env, opts->env,
+			  opts->n_env);
 	if (r < 0) {
 		sbx_stdio_close(&io);
 		sbx_env_free(&env);

@@ -48,6 +48,35 @@ bool sbx_id_valid(const char *id)
 	return true;
 }
 
+bool sbx_home_path_valid(const char *path)
+{
+	if (!path)
+		return false;
+	if (strcmp(path, "/root") == 0)
+		return true;
+	if (strncmp(path, "/home/", 6) != 0)
+		return false;
+	/* A user name as useradd takes it (less its '$' and capitals): one
+	 * segment, nothing a shell or a path could read twice. */
+	const char *name = path + 6;
+	size_t n = strlen(name);
+	if (n == 0 || n > 32 || !((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_'))
+		return false;
+	for (size_t i = 1; i < n; i++) {
+		char c = name[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+const char *sbx_spec_home(const struct sbx_spec *spec)
+{
+	if (!spec->home)
+		return NULL;
+	return spec->home_path ? spec->home_path : "/root";
+}
+
 int sbx_new_id(char ret[SBX_ID_LEN + 1])
 {
 	uint8_t raw[SBX_ID_LEN / 2];
@@ -177,7 +206,7 @@ static bool value_ok(const char *v)
 
 int sbx_state_format(const struct sbx_state *st, char *buf, size_t size)
 {
-	if (!value_ok(st->image) || !value_ok(st->workspace))
+	if (!value_ok(st->image) || !value_ok(st->workspace) || !value_ok(st->home))
 		return -EINVAL;
 	for (int i = 0; i < SBX_CGROUP_CONTROLLERS; i++)
 		if (st->cg.present[i] && !value_ok(st->cg.path[i]))
@@ -210,6 +239,10 @@ int sbx_state_format(const struct sbx_state *st, char *buf, size_t size)
 		ADD("etc=%s\n", st->etc_gen);
 	ADD("image=%s\n", st->image);
 	ADD("workspace=%s\n", st->workspace);
+	/* Only when there is one: the state of a sandbox without a home stays
+	 * what earlier versions read. */
+	if (st->home[0])
+		ADD("home=%s\n", st->home);
 #undef ADD
 	return (int)len;
 }
@@ -376,6 +409,9 @@ int sbx_state_parse(const struct sbx_settings *set, const char *id, char *text, 
 				goto bad;
 		} else if (strcmp(key, "workspace") == 0) {
 			if (copy_value(st.workspace, sizeof(st.workspace), val) < 0)
+				goto bad;
+		} else if (strcmp(key, "home") == 0) {
+			if (!val[0] || copy_value(st.home, sizeof(st.home), val) < 0)
 				goto bad;
 		} else {
 			goto bad;
@@ -579,6 +615,15 @@ int sbx_env_write_file(const struct sbx_paths *p, const struct sbx_spec *spec)
 		open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return -errno;
+	const char *home = sbx_spec_home(spec);
+	if (home) {
+		/* Before --env, which may still set its own. */
+		int r = write_full(fd, "HOME=", 5);
+		if (r >= 0)
+			r = write_full(fd, home, strlen(home) + 1);
+		if (r < 0)
+			return r;
+	}
 	for (size_t i = 0; i < spec->n_env; i++) {
 		int r = write_full(fd, spec->env[i], strlen(spec->env[i]) + 1);
 		if (r < 0)

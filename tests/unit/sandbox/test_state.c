@@ -51,6 +51,49 @@ static void test_ids(void **state)
 	assert_false(sbx_id_valid("0123456789abcde/"));
 }
 
+/* Where a home may go: /root, or one name below /home, nothing a path
+ * could read otherwise. */
+static void test_home_paths(void **state)
+{
+	static const char *const good[] = {
+		"/root",       "/home/a",	"/home/_",
+		"/home/agent", "/home/dev-1_x", "/home/abcdefghijklmnopqrstuvwxyz012345", /* 32 */
+	};
+	static const char *const bad[] = {
+		"",
+		"/",
+		"root",
+		"/root/",
+		"/root/x",
+		"//root",
+		"/home",
+		"/home/",
+		"/home//a",
+		"/home/a/",
+		"/home/a/b",
+		"/home/..",
+		"/home/../etc",
+		"/home/.a",
+		"/home/Agent",
+		"/home/1a",
+		"/home/-a",
+		"/home/a b",
+		"/home/a\n",
+		"/home/a.b",
+		"/home/abcdefghijklmnopqrstuvwxyz0123456", /* 33 */
+		"/etc",
+		"/tmp/x",
+		"/workspace",
+		"home/a",
+	};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		assert_true(sbx_home_path_valid(good[i]));
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (sbx_home_path_valid(bad[i]))
+			fail_msg("home path '%s' taken", bad[i]);
+	assert_false(sbx_home_path_valid(NULL));
+}
+
 /* The start time is field 22 of /proc/PID/stat, counted after the
  * parenthesised command name, which may itself hold spaces and ')'. */
 static void test_starttime_is_field_22(void **state)
@@ -104,6 +147,21 @@ static void test_state_round_trip_and_damage(void **state)
 	struct sbx_state evil = st;
 	snprintf(evil.workspace, sizeof(evil.workspace), "/tmp/ws\npid=1");
 	assert_int_equal(sbx_state_write(&p, &evil), -EINVAL);
+	evil = st;
+	snprintf(evil.home, sizeof(evil.home), "/tmp/home\npid=1");
+	assert_int_equal(sbx_state_write(&p, &evil), -EINVAL);
+
+	/* A home is recorded when there is one, and only then. */
+	char formatted[SBX_STATE_FILE_MAX];
+	assert_true(sbx_state_format(&st, formatted, sizeof(formatted)) > 0);
+	assert_null(strstr(formatted, "home="));
+	struct sbx_state with_home = st;
+	snprintf(with_home.home, sizeof(with_home.home), "/srv/sessions/s1/tree/home");
+	assert_int_equal(sbx_state_write(&p, &with_home), 0);
+	struct sbx_state home_back;
+	assert_int_equal(sbx_state_read(&set, st.id, &home_back, NULL), 0);
+	assert_string_equal(home_back.home, with_home.home);
+	assert_int_equal(sbx_state_write(&p, &st), 0);
 
 	struct sbx_state back;
 	struct al_error err = { 0 };
@@ -136,7 +194,9 @@ static void test_state_round_trip_and_damage(void **state)
 		  "pid=12\nuid=1610612736\nslot=0\ncgroup1=/tmp/victim\n" }, /* foreign path */
 		{ true,
 		  "pid=12\nuid=1610612736\nslot=0\ncgroup0=/sys/fs/cgroup/memory/x/../../etc\n" },
-		{ true, "pid=12\nuid=1610612736\nslot=0\nephemeral=yes\n" }, /* not 0 or 1 */
+		{ true, "pid=12\nuid=1610612736\nslot=0\nephemeral=yes\n" },	/* not 0 or 1 */
+		{ true, "pid=12\nuid=1610612736\nslot=0\nhome=\n" },		/* empty home */
+		{ true, "pid=12\nuid=1610612736\nslot=0\nhome=/a\nhome=/b\n" }, /* twice */
 	};
 	char path[SBX_PATH_MAX + 16];
 	snprintf(path, sizeof(path), "%s/state", p.dir);
@@ -274,6 +334,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ids),
+		cmocka_unit_test(test_home_paths),
 		cmocka_unit_test(test_starttime_is_field_22),
 		cmocka_unit_test_setup_teardown(test_state_round_trip_and_damage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slots_are_exclusive, setup, teardown),
