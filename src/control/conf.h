@@ -30,7 +30,7 @@
  * sandboxes' uid ranges and apart from the gateway's uid. */
 #define CTL_WORKSPACE_UID_DEFAULT 0x5ffffffeu
 /* Where a preset's setup installs what sessions share (read-only there). */
-#define CTL_TOOLS_PATH "/opt/airlock"
+#define CTL_TOOLS_PATH SBX_TOOLS_PATH
 
 /* How an agent's model host gets its real key (the gateway's credential). */
 struct ctl_model_host {

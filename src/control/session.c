@@ -1070,7 +1070,16 @@ static int turn_agent(struct ctl_ctx *c, const struct ctl_session *s, const stru
 	const struct ctl_agent *a = p->agent;
 	bool resume = s->agent_session[0] != '\0';
 	const char *sid = resume ? s->agent_session : first_sid;
-	_cleanup_free_ char **argv = turn_argv(a, resume, a->prompt_stdin ? "" : t->prompt, sid);
+	/* A message is one argument, but the agent's option parser would take
+	 * one that starts with '-' for an option: a space in front keeps it
+	 * a message (and means nothing to a model). */
+	_cleanup_free_ char *spaced = NULL;
+	const char *msg = t->prompt;
+	if (msg[0] == '-' && asprintf(&spaced, " %s", msg) >= 0)
+		msg = spaced;
+	if (msg[0] == '-')
+		return al_error_set(err, -ENOMEM, "out of memory");
+	_cleanup_free_ char **argv = turn_argv(a, resume, a->prompt_stdin ? "" : msg, sid);
 	char **env = NULL;
 	size_t n_env = 0;
 	if (!argv || turn_env(p, &env, &n_env) < 0) {

@@ -71,6 +71,8 @@ struct sbx_rootfs_plan {
 	int ws_fd;		 /* O_PATH descriptor of --workspace, or -1 */
 	int home_fd;		 /* the home: O_PATH descriptor, then its tree; or -1 */
 	char home_rel[48];	 /* where inside, relative to "/": "root", "home/NAME" */
+	int tools_fd;		 /* the tools directory, as the home; or -1 */
+	bool tools_writable;
 	uint32_t uid;		 /* host uid of root inside */
 	uint64_t tmp_size;
 	uint64_t state_size; /* of the private tmpfs holding "/" and the upper layers */
@@ -126,6 +128,7 @@ void sbx_rootfs_plan_free(struct sbx_rootfs_plan *plan)
 		return;
 	safe_close(plan->ws_fd);
 	safe_close(plan->home_fd);
+	safe_close(plan->tools_fd);
 	for (size_t i = 0; i < plan->n_layers; i++)
 		safe_close(plan->layers[i].fd);
 	free(plan->host_bundle);
@@ -139,6 +142,8 @@ size_t sbx_rootfs_plan_fds(const struct sbx_rootfs_plan *plan, int *out, size_t 
 		out[n++] = plan->ws_fd;
 	if (plan->home_fd >= 0 && n < max)
 		out[n++] = plan->home_fd;
+	if (plan->tools_fd >= 0 && n < max)
+		out[n++] = plan->tools_fd;
 	for (size_t i = 0; i < plan->n_layers && n < max; i++)
 		out[n++] = plan->layers[i].fd;
 	return n;
@@ -530,6 +535,47 @@ static int prepare_home(const struct sbx_spec *spec, struct sbx_rootfs_plan *pla
 	return 0;
 }
 
+/*
+ * The tools directory (what a preset's setup installed, shared by its
+ * sessions): like the home, a host directory of the workspace's owner and
+ * group through the workspace's idmap, read-only unless the spec says
+ * otherwise.
+ */
+static int prepare_tools(const struct sbx_spec *spec, struct sbx_rootfs_plan *plan,
+			 struct al_error *err)
+{
+	if (!spec->tools)
+		return 0;
+	const char *tools = spec->tools;
+	if (!spec->workspace || !plan->ws_idmap)
+		return al_error_set(err, -EINVAL,
+				    "tools directory %s needs a workspace directory of the same "
+				    "owner",
+				    tools);
+	int fd = open_dir_no_links(tools);
+	if (fd == -ELOOP)
+		return al_error_set(err, -ELOOP,
+				    "tools directory %s goes through a symbolic link: give its real "
+				    "path",
+				    tools);
+	if (fd < 0)
+		return al_error_set_errno(err, fd, "tools directory %s", tools);
+	plan->tools_fd = fd;
+	plan->tools_writable = spec->tools_writable;
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return al_error_set_errno(err, -errno, "tools directory %s", tools);
+	if (!S_ISDIR(st.st_mode))
+		return al_error_set(err, -ENOTDIR, "tools directory %s is not a directory", tools);
+	if ((uint32_t)st.st_uid != plan->ws_uid || (uint32_t)st.st_gid != plan->ws_gid)
+		return al_error_set(err, -EPERM,
+				    "tools directory %s belongs to %u:%u and the workspace to "
+				    "%u:%u: it must have the workspace's owner and group",
+				    tools, (unsigned)st.st_uid, (unsigned)st.st_gid,
+				    (unsigned)plan->ws_uid, (unsigned)plan->ws_gid);
+	return 0;
+}
+
 static int add_layer(struct sbx_rootfs_plan *plan, const char *lower, const char *target)
 {
 	if (plan->n_layers >= MAX_LAYERS)
@@ -580,7 +626,7 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 	_cleanup_(sbx_rootfs_plan_freep) struct sbx_rootfs_plan *plan = calloc(1, sizeof(*plan));
 	if (!plan)
 		return al_error_set(err, -ENOMEM, "out of memory");
-	plan->ws_fd = plan->home_fd = -1;
+	plan->ws_fd = plan->home_fd = plan->tools_fd = -1;
 	plan->uid = uid;
 	plan->spec = spec;
 	memcpy(plan->dir, p->dir, sizeof(plan->dir));
@@ -601,6 +647,8 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 	int r = prepare_workspace(spec, plan, err);
 	if (r >= 0)
 		r = prepare_home(spec, plan, err);
+	if (r >= 0)
+		r = prepare_tools(spec, plan, err);
 	if (r < 0)
 		return r;
 	/* The one directory on disk: the mount point of the private tmpfs. */
@@ -819,6 +867,15 @@ int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_us
 		close(plan->home_fd);
 		plan->home_fd = t;
 	}
+	if (plan->tools_fd >= 0) {
+		/* Read-only but for a preset's setup, which fills it. */
+		int t = make_tree(plan->tools_fd, "the tools directory", ws_userns_fd,
+				  !plan->tools_writable, err);
+		if (t < 0)
+			return t;
+		close(plan->tools_fd);
+		plan->tools_fd = t;
+	}
 	return 0;
 }
 
@@ -842,19 +899,22 @@ static int open_dir_beneath(int dfd, const char *name)
 }
 
 /*
- * Attaches the home at its place in the new root, found segment by segment
+ * Attaches a tree (the home, the tools) at its place in the new root
+ * (where: relative to "/"), found segment by segment
  * without following a link and made (as root inside, so that it is the
  * sandbox's) where it is missing. With --image DIR /home and /root are the
  * image's: a link there would resolve against the host's root, where the
  * init still is, so one is refused rather than followed.
  */
-static int attach_home(const struct sbx_rootfs_plan *plan, struct maker *mk, struct al_error *err)
+static int attach_at(const struct sbx_rootfs_plan *plan, struct maker *mk, int tree_fd,
+		     const char *where, const char *what, struct al_error *err)
 {
 	_cleanup_close_ int dfd = open(plan->root, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (dfd < 0)
 		return al_error_set_errno(err, -errno, "cannot open %s", plan->root);
-	char rel[sizeof(plan->home_rel)];
-	memcpy(rel, plan->home_rel, sizeof(rel));
+	char rel[64];
+	if (fmt(rel, sizeof(rel), "%s", where) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long: /%s", where);
 	for (char *seg = rel;;) {
 		char *slash = strchr(seg, '/');
 		if (slash)
@@ -874,12 +934,12 @@ static int attach_home(const struct sbx_rootfs_plan *plan, struct maker *mk, str
 		if (fd == -ELOOP || fd == -ENOTDIR || fd == -EXDEV)
 			return al_error_set(
 				err, fd,
-				"cannot attach the home at /%s: /%s is not a directory "
+				"cannot attach %s at /%s: /%s is not a directory "
 				"of the sandbox's root (a symbolic link is not followed)",
-				plan->home_rel, rel);
+				what, where, rel);
 		if (fd < 0)
-			return al_error_set_errno(err, fd, "cannot attach the home at /%s",
-						  plan->home_rel);
+			return al_error_set_errno(err, fd, "cannot attach %s at /%s", what,
+						  where);
 		close(dfd);
 		dfd = fd;
 		if (!slash)
@@ -887,10 +947,9 @@ static int attach_home(const struct sbx_rootfs_plan *plan, struct maker *mk, str
 		*slash = '/';
 		seg = slash + 1;
 	}
-	if (sys_move_mount(plan->home_fd, "", dfd, "",
+	if (sys_move_mount(tree_fd, "", dfd, "",
 			   MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
-		return al_error_set_errno(err, -errno, "cannot attach the home at /%s",
-					  plan->home_rel);
+		return al_error_set_errno(err, -errno, "cannot attach %s at /%s", what, where);
 	return 0;
 }
 
@@ -1100,7 +1159,13 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 			return al_error_set_errno(err, -errno, "cannot bind the workspace");
 	}
 	if (plan->home_fd >= 0) {
-		r = attach_home(plan, &mk, err);
+		r = attach_at(plan, &mk, plan->home_fd, plan->home_rel, "the home", err);
+		if (r < 0)
+			return r;
+	}
+	if (plan->tools_fd >= 0) {
+		r = attach_at(plan, &mk, plan->tools_fd, SBX_TOOLS_PATH + 1, "the tools directory",
+			      err);
 		if (r < 0)
 			return r;
 	}

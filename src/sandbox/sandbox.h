@@ -22,6 +22,8 @@
  * followed by trust_pem) and trust_pem alone. */
 #define SBX_TRUST_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
 #define SBX_CA_FILE "/etc/airlock/ca.crt"
+/* Where a sandbox sees its tools directory (struct sbx_spec.tools). */
+#define SBX_TOOLS_PATH "/opt/airlock"
 
 enum sbx_network {
 	SBX_NETWORK_NONE = 0,
@@ -58,6 +60,11 @@ struct sbx_spec {
 	/* Where; NULL: "/root". "/root" or "/home/NAME" (NAME:
 	 * [a-z_][a-z0-9_-]{0,31}). Only with a home. */
 	const char *home_path;
+	/* A host directory with the workspace's owner and group, attached at
+	 * SBX_TOOLS_PATH (idmapped like the workspace): what a preset's setup
+	 * installs and its sessions share. Read-only unless tools_writable. */
+	const char *tools;
+	bool tools_writable;
 	enum sbx_network network;
 	const char *hostname; /* NULL: "airlock" */
 	char **env;	      /* K=V strings given for every command */

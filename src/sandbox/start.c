@@ -139,8 +139,9 @@ static int validate_spec(const struct sbx_settings *set, const struct sbx_spec *
 		if (!ok)
 			return al_error_set(err, -EINVAL, "invalid hostname '%s'", spec->hostname);
 	}
-	const char *paths[] = { spec->workspace, spec->image, spec->home, spec->home_path };
-	const char *what[] = { "workspace", "image", "home", "home" };
+	const char *paths[] = { spec->workspace, spec->image, spec->home, spec->home_path,
+				spec->tools };
+	const char *what[] = { "workspace", "image", "home", "home", "tools" };
 	for (size_t i = 0; i < ARRAY_SIZE(paths); i++) {
 		for (const char *c = paths[i]; c && *c; c++)
 			if ((unsigned char)*c < 0x20 || *c == 0x7f)

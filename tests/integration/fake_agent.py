@@ -124,6 +124,12 @@ elif verb == "secret":
     out({"type": "assistant", "session_id": sid, "message": {"content": [
         {"type": "text", "text": "the key is " + words[1]}]}})
     result("leaked " + words[1])
+elif verb == "writetools":
+    try:
+        open("/opt/airlock/bin/fake-agent", "a").write("# changed\n")
+        result("tools: writable")
+    except OSError as e:
+        result("tools: " + e.strerror)
 elif verb == "env":
     out({"type": "assistant", "session_id": sid, "message": {"content": [
         {"type": "text", "text": json.dumps(dict(os.environ))}]}})

@@ -204,6 +204,21 @@ def test_lost_sandbox_restored_from_checkpoint(ctl):
     assert "A workspace/kept.txt" in d
 
 
+def test_setup_once_tools_read_only(ctl):
+    # Setup ran once for the preset's version; a second session reuses it.
+    p1 = ctl("run", "--preset", "fake", "writetools")
+    assert p1.returncode == 0, p1.stderr
+    assert b"setting up preset fake" in p1.stderr
+    sid = [l for l in p1.stderr.decode().splitlines() if l.startswith("airlock: session ")]
+    sid = sid[0].split()[-1]
+    assert last_text(ctl, sid) == "tools: Read-only file system"
+    p2 = ctl("run", "--preset", "fake", "recall")
+    assert p2.returncode == 0 and b"setting up" not in p2.stderr
+    tools = list((ctl.state / "tools").iterdir())
+    assert [t.name for t in tools if not t.name.endswith(".lock")] and \
+        not [t for t in tools if t.name.endswith((".tmp", ".scratch"))]
+
+
 # ---- outcomes come from the envelope only ----
 
 @pytest.mark.parametrize("verb,why", [
