@@ -57,8 +57,8 @@ typedef int (*ctl_event_fn)(const char *kind, const char *data, void *ud);
 
 struct ctl_outcome {
 	bool succeeded;
-	char reason[CTL_REASON_MAX + 1]; /* why not (redacted); "" on success */
-	char result_text[CTL_EVENT_TEXT_MAX]; /* the agent's final answer, if any (redacted) */
+	char reason[CTL_REASON_MAX + 1];	   /* why not (redacted); "" on success */
+	char result_text[CTL_EVENT_TEXT_MAX];	   /* the agent's final answer, if any (redacted) */
 	char agent_session[CTL_AGENT_SID_MAX + 1]; /* the id to resume, from the output */
 	struct ctl_usage usage;
 };

@@ -30,10 +30,10 @@
 
 #include "common/error.h"
 
-#define CTL_ID_LEN 16	     /* session ids: hex characters */
-#define CTL_TENANT_MAX 64    /* [A-Za-z0-9._-], 1..64 */
-#define CTL_NAME_MAX 64	     /* preset and agent names */
-#define CTL_CKPT_HEX 64	     /* checkpoint ids (the store's) */
+#define CTL_ID_LEN 16	      /* session ids: hex characters */
+#define CTL_TENANT_MAX 64     /* [A-Za-z0-9._-], 1..64 */
+#define CTL_NAME_MAX 64	      /* preset and agent names */
+#define CTL_CKPT_HEX 64	      /* checkpoint ids (the store's) */
 #define CTL_AGENT_SID_MAX 128 /* the agent's own session id */
 #define CTL_REASON_MAX 512
 #define CTL_SOURCE_MAX 1024
@@ -58,10 +58,10 @@ struct ctl_session {
 	char tenant[CTL_TENANT_MAX + 1];
 	char preset[CTL_NAME_MAX + 1];
 	char agent[CTL_NAME_MAX + 1];
-	char source[CTL_SOURCE_MAX + 1]; /* "", a local path, or the GitHub URL */
-	char grant[CTL_SOURCE_MAX + 1];	 /* "github:OWNER/REPO" or "" */
-	char forked_from[CTL_CKPT_HEX + 1];	/* checkpoint it was forked from, or "" */
-	char last_checkpoint[CTL_CKPT_HEX + 1]; /* "" until the first one */
+	char source[CTL_SOURCE_MAX + 1];	   /* "", a local path, or the GitHub URL */
+	char grant[CTL_SOURCE_MAX + 1];		   /* "github:OWNER/REPO" or "" */
+	char forked_from[CTL_CKPT_HEX + 1];	   /* checkpoint it was forked from, or "" */
+	char last_checkpoint[CTL_CKPT_HEX + 1];	   /* "" until the first one */
 	char agent_session[CTL_AGENT_SID_MAX + 1]; /* the agent's own id, "" before turn 1 */
 	char sandbox_id[32];			   /* the live sandbox, or "" */
 	char sandbox_checkpoint[CTL_CKPT_HEX + 1]; /* what the live sandbox holds */
@@ -119,8 +119,8 @@ struct ctl_turn {
 	char tenant[CTL_TENANT_MAX + 1];
 	uint32_t n; /* 1, 2, ... within the session */
 	enum ctl_turn_state state;
-	char *prompt; /* owned: ctl_turn_clear */
-	char reason[CTL_REASON_MAX + 1]; /* why it failed or was cancelled; "" */
+	char *prompt;			   /* owned: ctl_turn_clear */
+	char reason[CTL_REASON_MAX + 1];   /* why it failed or was cancelled; "" */
 	char checkpoint[CTL_CKPT_HEX + 1]; /* committed after it; "" */
 	struct ctl_usage usage;
 	int64_t queued_at, started_at, ended_at; /* unix ms; 0 not yet */
@@ -175,7 +175,8 @@ int ctl_db_recover(struct ctl_db *db, unsigned *ret_n, struct al_error *err);
  * redacted) to turn n; *ret_seq its sequence number within the session
  * (1, 2, ...). */
 int ctl_db_event_append(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
-			const char *kind, const char *data, uint64_t *ret_seq, struct al_error *err);
+			const char *kind, const char *data, uint64_t *ret_seq,
+			struct al_error *err);
 struct ctl_event_row {
 	uint64_t seq;
 	uint32_t turn;
