@@ -41,8 +41,9 @@
 #define REDACT_TOTAL_MAX (1024u * 1024)
 /* The forms registered for one value: raw, standard base64, base64 of it
  * at each of the three alignments inside a longer encoding (a Basic
- * "user:value" pair), percent-encoded in upper and lower case. */
-#define REDACT_VALUE_FORMS 7
+ * "user:value" pair), percent-encoded in upper and lower case, and as a
+ * JSON string escapes it (quotes, backslashes, control characters). */
+#define REDACT_VALUE_FORMS 8
 
 #define MARK_LEN (sizeof(REDACT_MARK) - 1)
 
@@ -317,6 +318,44 @@ static int derive(const char *value, size_t len, struct form *f, size_t *n_ret)
 			goto oom;
 		enc_percent(value, len, lower, p);
 		f[n++] = (struct form){ p, plen };
+	}
+	/* JSON text of the value when escaping changes it: a line of an
+	 * agent's output that is not valid JSON is shown as it came. */
+	size_t jlen = 0;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)value[i];
+		jlen += c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' ? 2 :
+			c < 0x20						     ? 6 :
+										       1;
+	}
+	if (jlen != len) {
+		char *j = malloc(jlen);
+		if (!j)
+			goto oom;
+		size_t o = 0;
+		for (size_t i = 0; i < len; i++) {
+			unsigned char c = (unsigned char)value[i];
+			const char *esc = c == '"'  ? "\\\"" :
+					  c == '\\' ? "\\\\" :
+					  c == '\n' ? "\\n" :
+					  c == '\r' ? "\\r" :
+					  c == '\t' ? "\\t" :
+						      NULL;
+			if (esc) {
+				memcpy(j + o, esc, 2);
+				o += 2;
+			} else if (c < 0x20) {
+				j[o++] = '\\';
+				j[o++] = 'u';
+				j[o++] = '0';
+				j[o++] = '0';
+				j[o++] = enc_hex_lower[c >> 4];
+				j[o++] = enc_hex_lower[c & 15];
+			} else {
+				j[o++] = (char)c;
+			}
+		}
+		f[n++] = (struct form){ j, jlen };
 	}
 	*n_ret = n;
 	return 0;

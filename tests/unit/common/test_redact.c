@@ -117,6 +117,16 @@ static void test_encoded_forms(void **state)
 		expect(r, in, "?key=" MARK "&x=1");
 		free(in);
 	}
+	/* As JSON text escapes it. */
+	{
+		struct redactor *q = with(NULL);
+		const char *jv = "a\"b\\c\nd\x01"
+				 "efgh";
+		assert_int_equal(redactor_add(q, jv, strlen(jv)), 0);
+		expect(q, "{\"k\":\"a\\\"b\\\\c\\nd\\u0001efgh\"}", "{\"k\":\"" MARK "\"}");
+		expect(q, jv, MARK);
+		redactor_free(q);
+	}
 	/* A Basic pair with any user: the value at each alignment. */
 	static const char *const users[] = { "u", "us", "usr", "someone", "x1" };
 	for (size_t i = 0; i < sizeof(users) / sizeof(users[0]); i++) {
