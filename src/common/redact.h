@@ -2,7 +2,8 @@
 /*
  * Redaction of text that leaves airlock towards a user (events, logs,
  * reasons): every registered secret value (the vault's, in the forms in
- * which they may come back: raw, base64 of a Basic pair, percent-encoded)
+ * which they may come back: raw, base64 of a Basic pair, percent-encoded,
+ * JSON-escaped)
  * and the known shapes of credentials (Anthropic, OpenAI, Google API keys,
  * GitHub tokens, AWS access keys, Slack tokens, PEM private keys, bearer
  * authorization values) are replaced by "[REDACTED]".
@@ -24,7 +25,9 @@ struct redactor;
 
 int redactor_new(struct redactor **ret);
 void redactor_free(struct redactor *r);
-/* Registers value (len bytes) and its derived forms. -EINVAL when too short. */
+/* Registers value (len bytes) and its derived forms. -EINVAL when too short
+ * (or longer than 8 KiB, or when a form could show through REDACT_MARK),
+ * -E2BIG past the redactor's limits; on failure nothing is registered. */
 int redactor_add(struct redactor *r, const char *value, size_t len);
 /* Appends text with every secret replaced to out (r may be NULL: known
  * shapes only). */

@@ -61,6 +61,11 @@ struct ctl_outcome {
 	char result_text[CTL_EVENT_TEXT_MAX];	   /* the agent's final answer, if any (redacted) */
 	char agent_session[CTL_AGENT_SID_MAX + 1]; /* the id to resume, from the output */
 	struct ctl_usage usage;
+	/* usage.cost_usd is the agent session's running total, not this
+	 * turn's: Claude Code restores the earlier turns' cost on --resume
+	 * (total_cost_usd then counts them too; its tokens are this run's).
+	 * The turn's own cost is the difference from the previous turn's. */
+	bool cost_is_session_total;
 };
 
 struct ctl_agentout;
