@@ -134,10 +134,10 @@ AGENTS = {
         env=[f"CLAUDE_CONFIG_DIR={HOME}/.claude", "IS_SANDBOX=1",
              "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1",
              "DISABLE_TELEMETRY=1", "DISABLE_ERROR_REPORTING=1"],
-        first=lambda b, p, s: [b, "-p", p, "--output-format", "stream-json", "--verbose",
-                               "--dangerously-skip-permissions", f"--session-id={s}"],
-        next=lambda b, p, s: [b, "-p", p, "--output-format", "stream-json", "--verbose",
-                              "--dangerously-skip-permissions", f"--resume={s}"],
+        first=lambda b, p, s: [b, "-p", "--output-format", "stream-json", "--verbose",
+                               "--dangerously-skip-permissions", "--session-id", s, "--", p],
+        next=lambda b, p, s: [b, "-p", "--output-format", "stream-json", "--verbose",
+                              "--dangerously-skip-permissions", "--resume", s, "--", p],
         session=lambda out, chosen: chosen, ok=claude_ok,
         # 401 is retried (10 times, minutes of backoff) unless told otherwise.
         fail_env=["CLAUDE_CODE_MAX_RETRIES=0"], exit_401=1,
@@ -159,13 +159,17 @@ AGENTS = {
         package="@google/gemini-cli", version="0.61.0", bin="gemini", provider="google",
         env=["GEMINI_CLI_TRUST_WORKSPACE=true", "GEMINI_CLI_NO_RELAUNCH=true"],
         files={".gemini/settings.json": json.dumps(GEMINI_SETTINGS, indent=1)},
-        first=lambda b, p, s: [b, "-p", p, "-o", "stream-json", "--yolo", "--session-id", s],
-        next=lambda b, p, s: [b, "-p", p, "-o", "stream-json", "--yolo", "--resume", s],
+        # `--prompt=P`: with `-p P` a prompt starting with "-" would be read as an option.
+        first=lambda b, p, s: [b, "-o", "stream-json", "--yolo", "--session-id", s,
+                               f"--prompt={p}"],
+        next=lambda b, p, s: [b, "-o", "stream-json", "--yolo", "--resume", s, f"--prompt={p}"],
         session=lambda out, chosen: chosen, ok=gemini_ok, denied=set(),
         exit_401=401 % 256),  # the HTTP status, modulo 256
     "pi": dict(
         package="@mariozechner/pi-coding-agent", version="0.73.1", bin="pi",
         provider="anthropic", env=[f"PI_CODING_AGENT_DIR={HOME}/.pi/agent", "PI_OFFLINE=1"],
+        # pi has no `--`: a prompt starting with "-" is refused as an unknown option
+        # (give that one on stdin instead: `-p` with no message reads it).
         first=lambda b, p, s: [b, "--provider", "anthropic", "--model", "claude-sonnet-4-5",
                                "--mode", "json", "-p", p],
         next=lambda b, p, s: [b, "--provider", "anthropic", "--model", "claude-sonnet-4-5",
@@ -178,9 +182,9 @@ AGENTS = {
              "OPENCODE_DISABLE_DEFAULT_PLUGINS=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1",
              "OPENCODE_DISABLE_SHARE=1"],
         first=lambda b, p, s: [b, "run", "--format", "json", "-m", "anthropic/claude-sonnet-4-5",
-                               "--auto", p],
+                               "--auto", "--", p],
         next=lambda b, p, s: [b, "run", "--format", "json", "-m", "anthropic/claude-sonnet-4-5",
-                              "--auto", "-s", s, p],
+                              "--auto", "-s", s, "--", p],
         session=lambda out, chosen: lines(out)[0]["sessionID"], ok=opencode_ok, exit_401=1,
         # Its background install of @opencode-ai/plugin into the config directory.
         denied={"registry.npmjs.org"}),
