@@ -220,8 +220,9 @@ def installed_bin(agent):
         except subprocess.TimeoutExpired:
             p = None
         if p is None or p.returncode != 0 or p.stdout.strip() != a["version"]:
+            why = " / ".join(p.stderr.strip().splitlines()[:2]) if p else "timed out"
             pytest.skip(f"{spec} is not installed in {AGENTS_DIR} and the npm registry does not "
-                        f"answer for it: {(p.stderr.strip()[-300:] if p else 'timed out')}")
+                        f"answer for it: {why}")
         tmp = d.with_name(d.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         p = subprocess.run(["npm", "install", "--no-fund", "--no-audit", "--prefix", str(tmp),
@@ -415,7 +416,8 @@ def test_modelserver_speaks_each_api(tmp_path):
         assert [e["type"] for e in ev][:2] == ["message_start", "ping"]
         assert ev[-2]["delta"]["stop_reason"] == "tool_use" and ev[-1]["type"] == "message_stop"
         args = "".join(e["delta"]["partial_json"] for e in ev if e["type"] == "content_block_delta")
-        assert json.loads(args) == {"file_path": "/w/hello.txt", "content": "hello from the model\n"}
+        assert json.loads(args) == {"file_path": "/w/hello.txt",
+                                    "content": "hello from the model\n"}
         # The next step comes from the history: one tool call answered, so the command.
         claude["messages"] += [{"role": "assistant", "content": [{"type": "tool_use"}]},
                                {"role": "user", "content": [{"type": "tool_result"}]}]
@@ -436,8 +438,10 @@ def test_modelserver_speaks_each_api(tmp_path):
         st, ev, ok = _post(srv.port, "/v1/responses", codex)
         done = [e["item"] for e in ev if e["type"] == "response.output_item.done"]
         assert done[0]["type"] == "custom_tool_call" and done[0]["name"] == "exec"
-        assert "tools.apply_patch" in done[0]["input"] and "+hello from the model" in done[0]["input"]
-        assert ev[-1]["type"] == "response.completed" and ev[-1]["response"]["usage"]["total_tokens"]
+        assert "tools.apply_patch" in done[0]["input"]
+        assert "+hello from the model" in done[0]["input"]
+        assert ev[-1]["type"] == "response.completed"
+        assert ev[-1]["response"]["usage"]["total_tokens"]
 
         # Chat Completions with a bash function.
         chat = {"model": "m", "stream": True, "stream_options": {"include_usage": True},
@@ -458,10 +462,12 @@ def test_modelserver_speaks_each_api(tmp_path):
             "properties": {"file_path": {}, "content": {}}}}]}],
                "contents": [{"role": "user", "parts": [{"text": PROMPT1}]}]}
         st, ev, ok = _post(srv.port, "/v1beta/models/g:streamGenerateContent?alt=sse", gem)
-        assert ev[-1]["candidates"][0]["content"]["parts"][0]["functionCall"]["name"] == "write_file"
+        part = ev[-1]["candidates"][0]["content"]["parts"][0]
+        assert part["functionCall"]["name"] == "write_file"
         side = {"contents": [{"role": "user", "parts": [{"text": "route"}]}], "generationConfig": {
             "responseJsonSchema": {"type": "OBJECT", "properties": {
-                "complexity_score": {"type": "INTEGER"}, "next_speaker": {"enum": ["model", "user"]}}}}}
+                "complexity_score": {"type": "INTEGER"},
+                "next_speaker": {"enum": ["model", "user"]}}}}}
         st, msg, ok = _post(srv.port, "/v1beta/models/g:generateContent", side)
         assert json.loads(msg["candidates"][0]["content"]["parts"][0]["text"]) == {
             "complexity_score": 1, "next_speaker": "user"}
@@ -477,7 +483,8 @@ def test_modelserver_speaks_each_api(tmp_path):
 
 def test_modelserver_failures():
     srv = modelserver.ModelServer().start()
-    claude = {"stream": True, "tools": [{"name": "Bash"}], "messages": [{"role": "user", "content": "x"}]}
+    claude = {"stream": True, "tools": [{"name": "Bash"}],
+              "messages": [{"role": "user", "content": "x"}]}
     try:
         srv.set_script({"turns": [[{"fail": {"status": 429, "message": "slow down"}}]]})
         st, body, ok = _post(srv.port, "/v1/messages", claude)
@@ -486,7 +493,8 @@ def test_modelserver_failures():
             {"type": "function", "name": "shell"}]})
         assert st == 429 and body["error"]["code"] == "rate_limit_exceeded"
 
-        srv.set_script({"turns": [[{"fail": {"stream_error": "Overloaded", "after_text": "part"}}]]})
+        srv.set_script({"turns": [[{"fail": {"stream_error": "Overloaded",
+                                             "after_text": "part"}}]]})
         st, ev, ok = _post(srv.port, "/v1/messages", claude)
         assert st == 200 and ok and ev[-1]["type"] == "error"
         assert not any(e["type"] == "message_stop" for e in ev)
