@@ -192,6 +192,8 @@ static void agent_clear(struct ctl_agent *a)
 	free_strv(a->argv_first, strv_len(a->argv_first));
 	free_strv(a->argv_resume, strv_len(a->argv_resume));
 	free(a->home);
+	free_strv(a->file_paths, a->n_files);
+	free_strv(a->file_texts, a->n_files);
 	free_strv(a->env, a->n_env);
 	for (size_t i = 0; i < a->n_hosts; i++) {
 		struct ctl_model_host *h = &a->hosts[i];
@@ -206,6 +208,55 @@ static void agent_clear(struct ctl_agent *a)
 	}
 	free(a->hosts);
 	memset(a, 0, sizeof(*a));
+}
+
+/* A relative path of plain names: no "", ".", ".." or other characters. */
+static bool rel_path_ok(const char *p)
+{
+	if (!*p || strlen(p) > 255)
+		return false;
+	for (const char *seg = p; seg;) {
+		const char *slash = strchr(seg, '/');
+		size_t n = slash ? (size_t)(slash - seg) : strlen(seg);
+		if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+			return false;
+		for (size_t i = 0; i < n; i++) {
+			char c = seg[i];
+			if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			      (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+				return false;
+		}
+		seg = slash ? slash + 1 : NULL;
+	}
+	return true;
+}
+
+static int get_files(const struct config_node *n, struct ctl_agent *a, struct al_error *err)
+{
+	int r = config_expect_kind(n, NULL, CONFIG_MAP, err);
+	if (r < 0)
+		return r;
+	size_t count = config_node_count(n);
+	if (count > 16)
+		return config_error(n, NULL, err, "at most 16 files");
+	a->file_paths = calloc(count + 1, sizeof(char *));
+	a->file_texts = calloc(count + 1, sizeof(char *));
+	if (!a->file_paths || !a->file_texts)
+		return -ENOMEM;
+	for (size_t i = 0; i < count; i++) {
+		const char *k = config_map_key(n, i), *text;
+		if (!rel_path_ok(k))
+			return config_error(config_map_key_node(n, i), NULL, err,
+					    "a path relative to the home, of plain names");
+		if ((r = config_get_str(config_map_value(n, i), NULL, &text, err)) < 0)
+			return r;
+		if (strlen(text) > 65536)
+			return config_error(config_map_value(n, i), NULL, err, "at most 64 KiB");
+		if (!(a->file_paths[i] = strdup(k)) || !(a->file_texts[i] = strdup(text)))
+			return -ENOMEM;
+		a->n_files = i + 1;
+	}
+	return 0;
 }
 
 /* {prompt} and {session} stand alone; nothing else may look like them. */
@@ -277,7 +328,7 @@ static int parse_agent(const char *name, const struct config_node *n, const char
 {
 	static const char *const keys[] = { "title",	 "install", "parser", "home",
 					    "session",	 "prompt",  "first",  "resume",
-					    "env",	 "node_heap", "model_hosts", NULL };
+					    "env",	 "node_heap", "model_hosts", "files", NULL };
 	int r = config_expect_kind(n, NULL, CONFIG_MAP, err);
 	if (r >= 0)
 		r = config_map_check_keys(n, NULL, keys, err);
@@ -338,6 +389,8 @@ static int parse_agent(const char *name, const struct config_node *n, const char
 					    "session: choose needs {session} here");
 	}
 	if ((v = config_map_get(n, "env")) && (r = get_env(v, NULL, &a->env, &a->n_env, err)) < 0)
+		return r;
+	if ((v = config_map_get(n, "files")) && (r = get_files(v, a, err)) < 0)
 		return r;
 	if ((v = config_map_get(n, "node_heap")) && (r = config_get_bool(v, NULL, &a->node_heap, err)) < 0)
 		return r;

@@ -57,6 +57,10 @@ struct ctl_agent {
 	bool prompt_stdin;   /* the message goes on stdin (closed after it) */
 	bool choose_session; /* the first turn's {session} is a UUID airlock makes */
 	char *home;	     /* the agent's home directory inside the sandbox */
+	/* Files a new session's home starts with (its settings: telemetry
+	 * off, a provider of our own): paths relative to the home. */
+	char **file_paths, **file_texts;
+	size_t n_files;
 	char **env;	     /* K=V */
 	size_t n_env;
 	struct ctl_model_host *hosts;

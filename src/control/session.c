@@ -378,6 +378,42 @@ static int tree_new(struct ctl_ctx *c, const char *sdir, char *name, size_t size
 	return 0;
 }
 
+/* The agent's starting files in a new home (its settings), owned by the
+ * workspace uid; their directories are made as needed. The tree is new:
+ * nothing in it was made by a sandbox, and no link is followed anyway. */
+static int home_files(struct ctl_ctx *c, const struct ctl_agent *a, const char *home,
+		      struct al_error *err)
+{
+	uint32_t u = c->conf->workspace_uid;
+	for (size_t i = 0; i < a->n_files; i++) {
+		_cleanup_close_ int dfd = open(home, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (dfd < 0)
+			return al_error_set_errno(err, -errno, "%s", home);
+		char rel[256];
+		snprintf(rel, sizeof(rel), "%s", a->file_paths[i]);
+		char *name = rel;
+		for (char *slash; (slash = strchr(name, '/'));) {
+			*slash = '\0';
+			int r = mkdir_owned_at(dfd, name, 0700, u);
+			if (r < 0 && r != -EEXIST)
+				return al_error_set_errno(err, r, "cannot create %s/%s", home, rel);
+			int next = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (next < 0)
+				return al_error_set_errno(err, -errno, "%s/%s", home, rel);
+			close(dfd);
+			dfd = next;
+			name = slash + 1;
+		}
+		_cleanup_close_ int fd =
+			openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 || fchown(fd, u, u) < 0 ||
+		    write_full(fd, a->file_texts[i], strlen(a->file_texts[i])) < 0)
+			return al_error_set_errno(err, -errno, "cannot write %s/%s", home,
+						  a->file_paths[i]);
+	}
+	return 0;
+}
+
 /* A tree restored from a checkpoint, owned by the workspace uid. */
 static int tree_restore(struct ctl_ctx *c, struct st_repo *repo, const char *sdir,
 			const char *ckpt, char *name, size_t size, struct al_error *err)
@@ -906,6 +942,13 @@ int ctl_session_create(struct ctl_ctx *c, const char *tenant, const char *preset
 	} else if ((r = tree_new(c, sdir, name, sizeof(name), err)) < 0) {
 		goto fail;
 	}
+	char home[PATH_MAX_CTL];
+	if (fmt_path(home, sizeof(home), "%s/%s/home", sdir, name) < 0) {
+		r = al_error_set(err, -ENAMETOOLONG, "path too long");
+		goto fail;
+	}
+	if ((r = home_files(c, p->agent, home, err)) < 0)
+		goto fail;
 	if ((r = session_sandbox(c, &s, p, name, "", obs, err)) < 0 ||
 	    (r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0)
 		goto fail;
