@@ -3,8 +3,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +34,10 @@ static const char usage[] =
 	"                                      both: [--max-bytes SIZE] [--max-files N]\n"
 	"                                      [--max-depth N] (refused before reading past them;\n"
 	"                                      a file's holes count)\n"
-	"       airlock checkpoint restore ID --to DIR [--max-bytes SIZE] [--max-files N]\n"
-	"                                      [--max-depth N]\n"
+	"       airlock checkpoint restore ID --to DIR [--owner USER[:GROUP]] [--max-bytes SIZE]\n"
+	"                                      [--max-files N] [--max-depth N]\n"
+	"                                      (--owner: every entry, DIR too, is USER's; names or\n"
+	"                                      numbers; USER alone: with USER's primary group)\n"
 	"       airlock checkpoint diff A B [--names-only]\n"
 	"       airlock checkpoint ls ID\n"
 	"       airlock checkpoint latest [--session S]\n"
@@ -65,11 +69,12 @@ enum {
 	OPT_MAX_FILES,
 	OPT_MAX_DEPTH,
 	OPT_NAMES_ONLY,
+	OPT_OWNER,
 	OPT_HELP,
 };
 
 struct copts {
-	const char *store, *tenant, *key, *workspace, *upper, *lower, *session, *to;
+	const char *store, *tenant, *key, *workspace, *upper, *lower, *session, *to, *owner;
 	struct st_manifest_limits limits;
 	bool names_only, userxattr;
 	char **args;
@@ -92,6 +97,7 @@ static int parse(int argc, char **argv, struct copts *o)
 		{ "max-files", required_argument, NULL, OPT_MAX_FILES },
 		{ "max-depth", required_argument, NULL, OPT_MAX_DEPTH },
 		{ "names-only", no_argument, NULL, OPT_NAMES_ONLY },
+		{ "owner", required_argument, NULL, OPT_OWNER },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -151,6 +157,9 @@ static int parse(int argc, char **argv, struct copts *o)
 			break;
 		case OPT_NAMES_ONLY:
 			o->names_only = true;
+			break;
+		case OPT_OWNER:
+			o->owner = optarg;
 			break;
 		case OPT_HELP:
 			fputs(usage, stdout);
@@ -247,16 +256,94 @@ static int do_create(struct copts *o)
 	return 0;
 }
 
+/* An id as digits alone: below (uint32_t)-1, which chown reads as "none". */
+static bool owner_number(const char *s, uint32_t *ret)
+{
+	uint64_t v;
+	if (!*s || strspn(s, "0123456789") != strlen(s) || parse_u64(s, &v) < 0 || v >= UINT32_MAX)
+		return false;
+	*ret = (uint32_t)v;
+	return true;
+}
+
+/* A user by name or number; *ret_gid its primary group. */
+static int owner_user(const char *user, uint32_t *ret_uid, uint32_t *ret_gid, bool *ret_known)
+{
+	char buf[16384];
+	struct passwd pw, *found = NULL;
+	uint32_t uid;
+	bool numeric = owner_number(user, &uid);
+	int e = numeric ? getpwuid_r(uid, &pw, buf, sizeof(buf), &found) :
+			  getpwnam_r(user, &pw, buf, sizeof(buf), &found);
+	*ret_known = found != NULL;
+	if (found) {
+		*ret_uid = (uint32_t)pw.pw_uid;
+		*ret_gid = (uint32_t)pw.pw_gid;
+		return 0;
+	}
+	if (numeric) {
+		*ret_uid = uid;
+		return 0;
+	}
+	if (e != 0)
+		return cli_fail("cannot look up user %s: %s", user, al_strerror(e));
+	return cli_fail("--owner: no user %s", user);
+}
+
+/* --owner USER[:GROUP]; names or numbers; USER alone: its primary group. */
+static int parse_owner(const char *arg, struct st_restore_opts *ro)
+{
+	char spec[256];
+	if (strlen(arg) >= sizeof(spec))
+		return cli_fail("--owner wants USER[:GROUP]");
+	memcpy(spec, arg, strlen(arg) + 1);
+	char *group = strchr(spec, ':');
+	if (group)
+		*group++ = '\0';
+	if (!*spec || (group && (!*group || strchr(group, ':'))))
+		return cli_fail("--owner wants USER[:GROUP] (names or numbers), not '%s'", arg);
+	bool known;
+	uint32_t gid = 0;
+	int rc = owner_user(spec, &ro->uid, &gid, &known);
+	if (rc)
+		return rc;
+	if (!group) {
+		if (!known)
+			return cli_fail("--owner: user %s has no entry, so no primary group: give "
+					"one (--owner %s:GROUP)",
+					spec, spec);
+		ro->gid = gid;
+	} else if (!owner_number(group, &ro->gid)) {
+		char buf[16384];
+		struct group gr, *found = NULL;
+		int e = getgrnam_r(group, &gr, buf, sizeof(buf), &found);
+		if (!found)
+			return e ? cli_fail("cannot look up group %s: %s", group, al_strerror(e)) :
+				   cli_fail("--owner: no group %s", group);
+		ro->gid = (uint32_t)gr.gr_gid;
+	}
+	if (ro->uid == (uint32_t)-1 || ro->gid == (uint32_t)-1)
+		return cli_fail("--owner: %s is not an owner", arg);
+	ro->chown = true;
+	return 0;
+}
+
 static int do_restore(struct copts *o)
 {
 	if (o->n_args != 1 || !o->to)
 		return cli_fail("usage: airlock checkpoint restore ID --to DIR");
+	struct st_restore_opts ro = { .limits = &o->limits };
+	if (o->owner) {
+		int rc = parse_owner(o->owner, &ro);
+		if (rc)
+			return rc;
+	}
 	struct st_repo *r = NULL;
 	int rc = open_repo(o, false, &r);
 	if (rc)
 		return rc;
 	struct al_error err = { 0 };
-	rc = st_restore(r, o->args[0], o->to, &o->limits, &err);
+	rc = st_restore_with(r, o->args[0], o->to, &ro, &err);
 	st_repo_close(r);
 	return rc < 0 ? cli_fail("%s", al_error_message(&err)) : 0;
 }
@@ -556,6 +643,9 @@ int cmd_checkpoint(int argc, char **argv)
 	int rc = parse(argc - 1, argv + 1, &o);
 	if (rc)
 		return rc == CLI_HELP_SHOWN ? 0 : rc;
+	/* Owning is what a restore makes; anywhere else it would do nothing. */
+	if (o.owner && strcmp(sub, "restore") != 0)
+		return cli_fail("--owner is an option of `checkpoint restore` only");
 	if (strcmp(sub, "create") == 0)
 		return do_create(&o);
 	if (strcmp(sub, "restore") == 0)

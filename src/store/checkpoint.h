@@ -123,6 +123,24 @@ int st_threads(unsigned *ret, struct al_error *err);
 int st_restore(struct st_repo *r, const char *id, const char *dir,
 	       const struct st_manifest_limits *limits, struct al_error *err);
 
+struct st_restore_opts {
+	const struct st_manifest_limits *limits; /* NULL: the defaults */
+	/*
+	 * Every entry the restore makes, and dir itself, belongs to uid:gid
+	 * (neither may be (uint32_t)-1) instead of the caller; modes and times
+	 * are the checkpoint's all the same. Each is changed through a
+	 * descriptor of what was just made, never by a path that could follow a
+	 * link, and dir last, once all went well: a failed restore leaves it
+	 * empty and as it was.
+	 */
+	bool chown;
+	uint32_t uid, gid;
+};
+
+/* st_restore with options (NULL: st_restore's). */
+int st_restore_with(struct st_repo *r, const char *id, const char *dir,
+		    const struct st_restore_opts *o, struct al_error *err);
+
 /* Loads and checks a checkpoint's manifest. */
 int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,
 		     struct st_manifest **ret, struct al_error *err);

@@ -2,11 +2,13 @@
 /*
  * Restores: a checkpoint into an empty directory, every path opened
  * beneath it without following a link, files written on the worker pool;
- * never a partial success.
+ * never a partial success. With an owner, each entry is given to it through
+ * a descriptor of what was just made.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/openat2.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,6 +23,13 @@
 #include "store/pool.h"
 
 #define RESTORE_BATCH 8 /* files a worker takes at a time */
+
+/* Who what is made belongs to; without chown, the caller (as made). */
+struct owner {
+	bool chown;
+	uid_t uid;
+	gid_t gid;
+};
 
 static int open_beneath(int root, const char *path, uint64_t flags, uint64_t mode)
 {
@@ -147,7 +156,7 @@ static void set_times(struct timespec ts[2], int64_t mtime_ns)
 }
 
 static int restore_file(struct st_cas_reader *rd, int root, struct parent_cache *pc,
-			const struct st_entry *e, struct al_error *err)
+			const struct st_entry *e, const struct owner *own, struct al_error *err)
 {
 	const char *name;
 	int pfd = cached_parent(pc, root, e->path, &name);
@@ -199,9 +208,38 @@ static int restore_file(struct st_cas_reader *rd, int root, struct parent_cache 
 		ts[1].tv_sec--;
 		ts[1].tv_nsec += 1000000000l;
 	}
+	/* Owner first: a chown may clear mode bits, the chmod sets them all. */
+	if (own->chown && fchown(fd, own->uid, own->gid) < 0)
+		return al_error_set_errno(err, -errno, "cannot give %s its owner", e->path);
 	if (fchmod(fd, e->mode) < 0 || futimens(fd, ts) < 0)
 		return al_error_set_errno(err, -errno, "cannot set the mode or time of %s",
 					  e->path);
+	return 0;
+}
+
+/*
+ * Gives the symlink just made as pfd/name its owner and time, through a
+ * descriptor of the link itself, checked to be a link: should the name be
+ * something else by now (in a target directory another user may write),
+ * neither must reach it, least of all a hard link to a file of root's.
+ */
+static int settle_symlink(int pfd, const char *name, const struct owner *own,
+			  const struct timespec ts[2])
+{
+	_cleanup_close_ int fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISLNK(st.st_mode))
+		return -ESTALE;
+	if (fchownat(fd, "", own->uid, own->gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	/* Best effort, as for every symlink (Linux 5.8+ takes an O_PATH
+	 * descriptor here). */
+	if (ts[1].tv_nsec >= 0)
+		(void)utimensat(fd, "", ts, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
 	return 0;
 }
 
@@ -210,6 +248,7 @@ struct restore_worker {
 	struct parent_cache pc;
 	int root;
 	const struct st_manifest *m;
+	const struct owner *own;
 };
 
 /* A job: the files among entries [from, to). */
@@ -225,7 +264,7 @@ static int restore_run(void *worker, void *job, struct al_error *err)
 		const struct st_entry *e = &wk->m->entries[i];
 		if (e->type != ST_FILE)
 			continue;
-		int rc = restore_file(wk->rd, wk->root, &wk->pc, e, err);
+		int rc = restore_file(wk->rd, wk->root, &wk->pc, e, wk->own, err);
 		if (rc < 0)
 			return rc;
 	}
@@ -239,7 +278,7 @@ static const struct st_pool_ops restore_pool = {
 
 /* Writes every file of m below root on threads workers (1: this thread). */
 static int restore_all_files(struct st_repo *r, int root, const struct st_manifest *m,
-			     unsigned threads, struct al_error *err)
+			     unsigned threads, const struct owner *own, struct al_error *err)
 {
 	size_t n_threads = threads > 1 ? threads : 0;
 	size_t n = n_threads ? n_threads : 1;
@@ -250,7 +289,8 @@ static int restore_all_files(struct st_repo *r, int root, const struct st_manife
 		rc = al_error_set(err, -ENOMEM, "out of memory");
 	size_t made = 0;
 	for (; rc == 0 && made < n; made++) {
-		wks[made] = (struct restore_worker){ .pc.fd = -1, .root = root, .m = m };
+		wks[made] =
+			(struct restore_worker){ .pc.fd = -1, .root = root, .m = m, .own = own };
 		states[made] = &wks[made];
 		rc = st_cas_reader_new(r->cas, &wks[made].rd, err);
 	}
@@ -289,11 +329,13 @@ static int restore_all_files(struct st_repo *r, int root, const struct st_manife
 }
 
 static int restore_entries(struct st_repo *r, int root, const struct st_manifest *m,
-			   unsigned threads, struct al_error *err)
+			   unsigned threads, const struct owner *own, struct al_error *err)
 {
 	int rc = 0;
 	/* Directories and symlinks first, in order (a parent before what is
-	 * in it), then the files, on every core. */
+	 * in it), then the files, on every core. Directories stay root's (and
+	 * 0700) until the last pass: until then no other user can reach into
+	 * what is being made, whoever it will belong to. */
 	for (size_t i = 0; i < m->n_entries; i++) {
 		const struct st_entry *e = &m->entries[i];
 		if (e->type == ST_FILE)
@@ -312,13 +354,21 @@ static int restore_entries(struct st_repo *r, int root, const struct st_manifest
 		} else {
 			struct timespec ts[2];
 			set_times(ts, e->mtime_ns);
-			if (ts[1].tv_nsec >= 0)
+			if (own->chown)
+				rc = settle_symlink(pfd, name, own, ts);
+			else if (ts[1].tv_nsec >= 0)
 				(void)utimensat(pfd, name, ts, AT_SYMLINK_NOFOLLOW);
+			if (rc == -ESTALE)
+				rc = al_error_set(err, rc, "%s was replaced while it was restored",
+						  e->path);
+			else if (rc < 0)
+				rc = al_error_set_errno(err, rc, "cannot give %s its owner",
+							e->path);
 		}
 		if (rc < 0)
 			return rc;
 	}
-	rc = restore_all_files(r, root, m, threads, err);
+	rc = restore_all_files(r, root, m, threads, own, err);
 	if (rc < 0)
 		return rc;
 	/* Directories last, deepest first: their modes and times. */
@@ -331,7 +381,9 @@ static int restore_entries(struct st_repo *r, int root, const struct st_manifest
 			return al_error_set_errno(err, fd, "cannot open %s", e->path);
 		struct timespec ts[2];
 		set_times(ts, e->mtime_ns);
-		if (fchmod(fd, e->mode) < 0 || (ts[1].tv_nsec >= 0 && futimens(fd, ts) < 0))
+		if (own->chown && fchown(fd, own->uid, own->gid) < 0)
+			rc = al_error_set_errno(err, -errno, "cannot give %s its owner", e->path);
+		else if (fchmod(fd, e->mode) < 0 || (ts[1].tv_nsec >= 0 && futimens(fd, ts) < 0))
 			rc = al_error_set_errno(err, -errno, "cannot set the mode of %s", e->path);
 		close(fd);
 		if (rc < 0)
@@ -343,6 +395,21 @@ static int restore_entries(struct st_repo *r, int root, const struct st_manifest
 int st_restore(struct st_repo *r, const char *id, const char *dir,
 	       const struct st_manifest_limits *limits, struct al_error *err)
 {
+	struct st_restore_opts o = { .limits = limits };
+	return st_restore_with(r, id, dir, &o, err);
+}
+
+int st_restore_with(struct st_repo *r, const char *id, const char *dir,
+		    const struct st_restore_opts *o, struct al_error *err)
+{
+	struct st_restore_opts none = { 0 };
+	if (!o)
+		o = &none;
+	/* (uid_t)-1 would tell chown to leave the owner as it is. */
+	if (o->chown && (o->uid == (uint32_t)-1 || o->gid == (uint32_t)-1))
+		return al_error_set(err, -EINVAL, "no owner %" PRIu32 ":%" PRIu32, o->uid, o->gid);
+	const struct owner own = { .chown = o->chown, .uid = o->uid, .gid = o->gid };
+	const struct st_manifest_limits *limits = o->limits;
 	unsigned threads;
 	int rc = st_threads(&threads, err);
 	if (rc < 0)
@@ -370,8 +437,12 @@ int st_restore(struct st_repo *r, const char *id, const char *dir,
 		return empty < 0 ? al_error_set_errno(err, empty, "%s", dir) :
 				   al_error_set(err, -ENOTEMPTY, "%s is not empty", dir);
 	}
-	rc = restore_entries(r, root, m, threads, err);
+	rc = restore_entries(r, root, m, threads, &own, err);
 	st_manifest_free(m);
+	/* The target itself last (its mode is not the checkpoint's: a manifest
+	 * holds no entry for the root), so a failure leaves it as it was. */
+	if (rc >= 0 && own.chown && fchown(root, own.uid, own.gid) < 0)
+		rc = al_error_set_errno(err, -errno, "cannot give %s its owner", dir);
 	if (rc < 0)
 		remove_below(root); /* never a partial success */
 	return rc;

@@ -1285,9 +1285,60 @@ static void test_delta_keeps_base(void **state)
 	st_repo_close(r);
 }
 
+/* ---- a restore with an owner (here for this file's repository helpers) ---- */
+
+static struct {
+	uid_t uid;
+	gid_t gid;
+	size_t seen, wrong;
+} owned;
+
+static int owner_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	owned.seen++;
+	if (st->st_uid != owned.uid || st->st_gid != owned.gid)
+		owned.wrong++;
+	return 0;
+}
+
+static void test_restore_with_owner(void **state)
+{
+	char ws[PATH_LEN], id[ST_ID_HEX + 1], out[PATH_LEN];
+	make_ws("ws", 1, ws);
+	struct st_repo *r = repo_open();
+	snap(r, ws, "s", id);
+	join(out, tmpdir, "owned");
+	struct al_error err = { 0 };
+	/* (uint32_t)-1 is chown's "leave it": the caller's root would stay. */
+	struct st_restore_opts bad[] = {
+		{ .chown = true, .uid = UINT32_MAX, .gid = 4343 },
+		{ .chown = true, .uid = 4242, .gid = UINT32_MAX },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		al_error_clear(&err);
+		assert_int_equal(st_restore_with(r, id, out, &bad[i], &err), -EINVAL);
+		assert_int_equal(access(out, F_OK), -1);
+	}
+	if (geteuid() != 0) {
+		st_repo_close(r);
+		skip(); /* giving files away needs root */
+	}
+	struct st_restore_opts o = { .chown = true, .uid = 4242, .gid = 4343 };
+	if (st_restore_with(r, id, out, &o, &err) < 0)
+		fail_msg("restore: %s", al_error_message(&err));
+	assert_same_tree(ws, out);
+	owned.uid = 4242;
+	owned.gid = 4343;
+	assert_int_equal(nftw(out, owner_entry, 16, FTW_PHYS), 0);
+	assert_int_equal(owned.seen, 6); /* out, shared, own, dir, dir/note, link */
+	assert_int_equal(owned.wrong, 0);
+	st_repo_close(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_restore_with_owner, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_keep_last, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_keep_days, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_latest_never_dropped, setup, teardown),
