@@ -42,8 +42,9 @@ enum {
 };
 
 static const struct cli_optdef common_optdefs[] = {
-	{ "config", OPT_CONFIG, "FILE", "the deployment config (default /etc/airlock/airlock.yaml,\n"
-					"or the built-in one when that does not exist)" },
+	{ "config", OPT_CONFIG, "FILE",
+	  "the deployment config (default /etc/airlock/airlock.yaml,\n"
+	  "or the built-in one when that does not exist)" },
 	{ "tenant", OPT_TENANT, "T", "the tenant (default: local)" },
 	{ "json", OPT_JSON, NULL, "machine-readable output (JSON lines)" },
 	{ "help", OPT_HELP, NULL, "print this" },
@@ -130,7 +131,8 @@ static int parse(const struct cmd *c, int argc, char **argv, struct opts *o)
 			break;
 		case OPT_AFTER:
 			if (parse_u64(optarg, &o->after) < 0)
-				return cli_fail("--after wants a sequence number, not '%s'", optarg);
+				return cli_fail("--after wants a sequence number, not '%s'",
+						optarg);
 			break;
 		case OPT_HELP:
 			printf("usage: airlock %s %s\n  %s\n\noptions:\n", c->name, c->synopsis,
@@ -189,7 +191,8 @@ static void print_event(const struct ctl_event_row *e, bool json)
 		const char *out = jstr(d, "output");
 		const char *nl = strchr(out, '\n');
 		int len = nl ? (int)(nl - out) : (int)strlen(out);
-		printf("<- %s%.*s%s\n", json_is_true(json_object_get(d, "is_error")) ? "error: " : "",
+		printf("<- %s%.*s%s\n",
+		       json_is_true(json_object_get(d, "is_error")) ? "error: " : "",
 		       len > 200 ? 200 : len, out, nl || len > 200 ? " ..." : "");
 	} else if (strcmp(e->kind, "error") == 0) {
 		printf("error: %s\n", jstr(d, "message"));
@@ -228,8 +231,8 @@ static void print_turn(const struct ctl_turn *t, bool json)
 {
 	const struct ctl_usage *u = &t->usage;
 	if (json) {
-		json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:s, s:{s:I, s:I, s:I, s:I}}", "session",
-				      t->session, "turn", (int)t->n, "state",
+		json_t *j = json_pack("{s:s, s:i, s:s, s:s, s:s, s:{s:I, s:I, s:I, s:I}}",
+				      "session", t->session, "turn", (int)t->n, "state",
 				      ctl_turn_state_name(t->state), "reason", t->reason,
 				      "checkpoint", t->checkpoint, "usage", "input_tokens",
 				      (json_int_t)u->input_tokens, "output_tokens",
@@ -280,8 +283,7 @@ static int turn_exit(const struct ctl_turn *t, bool timed_out)
 	return timed_out ? EXIT_TIMED_OUT : EXIT_TURN_FAILED;
 }
 
-static int do_turn(struct ctl_ctx *c, const struct opts *o, const char *session,
-		   const char *prompt)
+static int do_turn(struct ctl_ctx *c, const struct opts *o, const char *session, const char *prompt)
 {
 	struct ctl_observer obs = { on_progress, on_event, (void *)o };
 	struct ctl_turn t = { 0 };
@@ -553,8 +555,8 @@ static const struct cmd cmds[] = {
 	  "a turn of an agent in a new session (or --session's), with a checkpoint after it",
 	  run_optdefs, 1, 1 },
 	{ "turn", cmd_turn, "SESSION PROMPT", "the next turn of a session", run_optdefs, 2, 2 },
-	{ "session", cmd_session, "list | show ID | rm ID", "sessions: list, show, delete", NULL,
-	  1, 2 },
+	{ "session", cmd_session, "list | show ID | rm ID", "sessions: list, show, delete", NULL, 1,
+	  2 },
 	{ "events", cmd_events, "SESSION [--follow] [--after SEQ]", "a session's agent events",
 	  events_optdefs, 1, 1 },
 	{ "diff", cmd_diff, "SESSION [TURN] [--text]",

@@ -218,7 +218,8 @@ static bool rel_path_ok(const char *p)
 	for (const char *seg = p; seg;) {
 		const char *slash = strchr(seg, '/');
 		size_t n = slash ? (size_t)(slash - seg) : strlen(seg);
-		if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
+		if (n == 0 || (n == 1 && seg[0] == '.') ||
+		    (n == 2 && seg[0] == '.' && seg[1] == '.'))
 			return false;
 		for (size_t i = 0; i < n; i++) {
 			char c = seg[i];
@@ -326,9 +327,9 @@ static int parse_model_host(const struct config_node *n, struct ctl_model_host *
 static int parse_agent(const char *name, const struct config_node *n, const char *origin,
 		       struct ctl_agent *a, struct al_error *err)
 {
-	static const char *const keys[] = { "title",	 "install", "parser", "home",
-					    "session",	 "prompt",  "first",  "resume",
-					    "env",	 "node_heap", "model_hosts", "files", NULL };
+	static const char *const keys[] = { "title",	   "install", "parser", "home", "session",
+					    "prompt",	   "first",   "resume", "env",	"node_heap",
+					    "model_hosts", "files",   NULL };
 	int r = config_expect_kind(n, NULL, CONFIG_MAP, err);
 	if (r >= 0)
 		r = config_map_check_keys(n, NULL, keys, err);
@@ -392,7 +393,8 @@ static int parse_agent(const char *name, const struct config_node *n, const char
 		return r;
 	if ((v = config_map_get(n, "files")) && (r = get_files(v, a, err)) < 0)
 		return r;
-	if ((v = config_map_get(n, "node_heap")) && (r = config_get_bool(v, NULL, &a->node_heap, err)) < 0)
+	if ((v = config_map_get(n, "node_heap")) &&
+	    (r = config_get_bool(v, NULL, &a->node_heap, err)) < 0)
 		return r;
 	if ((r = config_map_require(n, NULL, "model_hosts", &v, err)) < 0 ||
 	    (r = config_expect_kind(v, NULL, CONFIG_SEQ, err)) < 0)
@@ -633,9 +635,10 @@ static int check_policy(const char *name, const char *text, enum sbx_network net
 
 static int parse_limits(const struct config_node *n, struct ctl_limits *l, struct al_error *err)
 {
-	static const char *const keys[] = { "memory",	"pids",	  "cpus",	     "disk",
-					    "turn_time", "output", "egress_requests", "egress_bytes",
-					    NULL };
+	static const char *const keys[] = {
+		"memory",	   "pids",	   "cpus", "disk", "turn_time", "output",
+		"egress_requests", "egress_bytes", NULL
+	};
 	int r = config_expect_kind(n, NULL, CONFIG_MAP, err);
 	if (r >= 0)
 		r = config_map_check_keys(n, NULL, keys, err);
@@ -678,7 +681,8 @@ static void preset_version(struct ctl_preset *p)
 		EVP_DigestUpdate(ctx, "airlock-setup-1", 16);
 		EVP_DigestUpdate(ctx, image, strlen(image) + 1);
 		for (size_t i = 0; i < p->agent->n_install; i++)
-			EVP_DigestUpdate(ctx, p->agent->install[i], strlen(p->agent->install[i]) + 1);
+			EVP_DigestUpdate(ctx, p->agent->install[i],
+					 strlen(p->agent->install[i]) + 1);
 		EVP_DigestUpdate(ctx, "\n", 1);
 		for (size_t i = 0; i < p->n_setup; i++)
 			EVP_DigestUpdate(ctx, p->setup[i], strlen(p->setup[i]) + 1);
@@ -707,7 +711,7 @@ static bool grant_pattern_ok(const char *s)
 static int parse_preset(struct ctl_conf *c, const char *name, const struct config_node *n,
 			const char *file, struct ctl_preset *p, struct al_error *err)
 {
-	static const char *const keys[] = { "agent",  "image", "setup",	"network",     "policy",
+	static const char *const keys[] = { "agent",  "image", "setup",	 "network",	"policy",
 					    "github", "env",   "limits", "upstream_ca", NULL };
 	int r = config_expect_kind(n, NULL, CONFIG_MAP, err);
 	if (r >= 0)
@@ -761,8 +765,8 @@ static int parse_preset(struct ctl_conf *c, const char *name, const struct confi
 		if (sp) {
 			if ((r = config_expect_kind(sp, NULL, CONFIG_MAP, err)) < 0 ||
 			    (r = make_policy(p->agent, sp, false, &p->setup_policy, err)) < 0 ||
-			    (r = check_policy(file, p->setup_policy, SBX_NETWORK_RESTRICTED,
-					      err)) < 0)
+			    (r = check_policy(file, p->setup_policy, SBX_NETWORK_RESTRICTED, err)) <
+				    0)
 				return r;
 		}
 	}
@@ -929,9 +933,9 @@ static int default_presets(struct ctl_conf *c, const char *file, struct al_error
 static int load_doc(const struct config_doc *doc, const char *file, struct ctl_conf **ret,
 		    struct al_error *err)
 {
-	static const char *const keys[] = { "state_dir", "store_dir", "vault",	       "retention",
-					    "workspace_uid", "agents", "presets", "default_preset",
-					    NULL };
+	static const char *const keys[] = { "state_dir", "store_dir",	   "vault",
+					    "retention", "workspace_uid",  "agents",
+					    "presets",	 "default_preset", NULL };
 	const struct config_node *root = config_root(doc);
 	int r = config_expect_kind(root, NULL, CONFIG_MAP, err);
 	if (r >= 0)

@@ -48,7 +48,7 @@ struct ctl_model_host {
 struct ctl_agent {
 	char *name;
 	char *title;
-	char *origin;	 /* "built-in" or the config file */
+	char *origin;	/* "built-in" or the config file */
 	char **install; /* npm package specs setup installs under CTL_TOOLS_PATH */
 	size_t n_install;
 	/* argv templates, NULL-terminated; "{prompt}" and "{session}" are
@@ -61,7 +61,7 @@ struct ctl_agent {
 	 * off, a provider of our own): paths relative to the home. */
 	char **file_paths, **file_texts;
 	size_t n_files;
-	char **env;	     /* K=V */
+	char **env; /* K=V */
 	size_t n_env;
 	struct ctl_model_host *hosts;
 	size_t n_hosts;
@@ -83,12 +83,12 @@ struct ctl_limits {
 struct ctl_preset {
 	char *name;
 	const struct ctl_agent *agent;
-	char *image; /* "host" or a directory */
+	char *image;  /* "host" or a directory */
 	char **setup; /* shell commands, run once per preset version */
 	size_t n_setup;
 	char *setup_policy; /* the setup's gateway policy (text); NULL: the preset's */
 	enum sbx_network network;
-	char *policy; /* the gateway policy (text, in the config's line numbers) */
+	char *policy;	   /* the gateway policy (text, in the config's line numbers) */
 	char *policy_name; /* what its messages call it: the config file */
 	char **github;	   /* OWNER/REPO, or OWNER/ then '*': what a session may be granted */
 	size_t n_github;

@@ -86,7 +86,7 @@ struct ctl_session {
  * the full id (CTL_ID_LEN lower-case hex digits). */
 
 /* Inserts s (id, tenant, preset, agent, source, grant, forked_from,
- * last_checkpoint as given; created/updated set here). -EEXIST if the id
+ * last_checkpoint, agent_session as given; created/updated set here). -EEXIST if the id
  * is taken (by any tenant: ids are random, and are never shared). */
 int ctl_db_session_insert(struct ctl_db *db, const struct ctl_session *s, struct al_error *err);
 /* id may be a unique prefix (at least 4 characters); -ENOENT when none or

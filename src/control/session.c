@@ -99,7 +99,8 @@ static int mkdir_private(const char *path, mode_t mode, struct al_error *err)
 		return al_error_set(err, -ENOTDIR, "%s is not a directory", path);
 	if (st.st_uid != 0 || (st.st_mode & 022))
 		return al_error_set(err, -EPERM,
-				    "%s must be root's and writable by root alone (chmod go-w)", path);
+				    "%s must be root's and writable by root alone (chmod go-w)",
+				    path);
 	return 0;
 }
 
@@ -258,8 +259,8 @@ static bool gh_name_ok(const char *s, size_t n)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		char ch = s[i];
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-		      ch == '-' || ch == '_' || ch == '.'))
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.'))
 			return false;
 	}
 	return !(n == 1 && s[0] == '.') && !(n == 2 && s[0] == '.' && s[1] == '.');
@@ -286,9 +287,10 @@ int ctl_github_url_parse(const char *url, char *owner, size_t osize, char *repo,
 		rn--;
 	if (!gh_name_ok(p, on) || !gh_name_ok(r, rn) || memchr(r, '/', rn) || on >= osize ||
 	    rn >= rsize)
-		return al_error_set(err, -EINVAL,
-				    "a repository is https://github.com/OWNER/REPO, each part "
-				    "letters, digits, '-', '_' or '.' (not starting with '-' or '.')");
+		return al_error_set(
+			err, -EINVAL,
+			"a repository is https://github.com/OWNER/REPO, each part "
+			"letters, digits, '-', '_' or '.' (not starting with '-' or '.')");
 	/* Only what the check above allowed may follow. */
 	size_t tail = strlen(r) - rn;
 	if (tail && strcmp(r + rn, ".git") != 0 && strcmp(r + rn, "/") != 0 &&
@@ -336,8 +338,8 @@ static bool agent_sid_ok(const char *s)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		char ch = s[i];
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-		      ch == '-' || ch == '_' || ch == '.' || ch == ':'))
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.' || ch == ':'))
 			return false;
 	}
 	return true;
@@ -386,7 +388,8 @@ static int home_files(struct ctl_ctx *c, const struct ctl_agent *a, const char *
 {
 	uint32_t u = c->conf->workspace_uid;
 	for (size_t i = 0; i < a->n_files; i++) {
-		_cleanup_close_ int dfd = open(home, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		_cleanup_close_ int dfd =
+			open(home, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		if (dfd < 0)
 			return al_error_set_errno(err, -errno, "%s", home);
 		char rel[256];
@@ -397,15 +400,16 @@ static int home_files(struct ctl_ctx *c, const struct ctl_agent *a, const char *
 			int r = mkdir_owned_at(dfd, name, 0700, u);
 			if (r < 0 && r != -EEXIST)
 				return al_error_set_errno(err, r, "cannot create %s/%s", home, rel);
-			int next = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			int next =
+				openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (next < 0)
 				return al_error_set_errno(err, -errno, "%s/%s", home, rel);
 			close(dfd);
 			dfd = next;
 			name = slash + 1;
 		}
-		_cleanup_close_ int fd =
-			openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		_cleanup_close_ int fd = openat(
+			dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 		if (fd < 0 || fchown(fd, u, u) < 0 ||
 		    write_full(fd, a->file_texts[i], strlen(a->file_texts[i])) < 0)
 			return al_error_set_errno(err, -errno, "cannot write %s/%s", home,
@@ -415,8 +419,8 @@ static int home_files(struct ctl_ctx *c, const struct ctl_agent *a, const char *
 }
 
 /* A tree restored from a checkpoint, owned by the workspace uid. */
-static int tree_restore(struct ctl_ctx *c, struct st_repo *repo, const char *sdir,
-			const char *ckpt, char *name, size_t size, struct al_error *err)
+static int tree_restore(struct ctl_ctx *c, struct st_repo *repo, const char *sdir, const char *ckpt,
+			char *name, size_t size, struct al_error *err)
 {
 	char rnd[9];
 	random_hex(rnd, 8);
@@ -697,9 +701,7 @@ static int preset_setup(struct ctl_ctx *c, const struct ctl_preset *p,
 	if ((r = mkdir_owned_at(AT_FDCWD, tmp, 0755, u)) < 0 ||
 	    (r = mkdir_owned_at(AT_FDCWD, scratch, 0755, u)) < 0)
 		return al_error_set_errno(err, r, "cannot create %s", tmp);
-	struct sandbox_req q = {
-		.preset = p, .workspace = scratch, .tools = tmp, .setup = true
-	};
+	struct sandbox_req q = { .preset = p, .workspace = scratch, .tools = tmp, .setup = true };
 	char id[SBX_ID_LEN + 1];
 	r = sandbox_start(c, &q, id, err);
 	if (r < 0)
@@ -728,8 +730,8 @@ static int preset_setup(struct ctl_ctx *c, const struct ctl_preset *p,
 		r = run_logged(c, id, (char *const *)argv, 30 * 60 * 1000, log_fd, &res, err);
 		if (r >= 0 && !result_ok(&res)) {
 			char why[64];
-			r = al_error_set(err, -EIO, "preset %s: setup step %zu failed (%s)", p->name,
-					 i, result_text(&res, why, sizeof(why)));
+			r = al_error_set(err, -EIO, "preset %s: setup step %zu failed (%s)",
+					 p->name, i, result_text(&res, why, sizeof(why)));
 		}
 	}
 	struct al_error e2 = { 0 };
@@ -857,7 +859,8 @@ int ctl_session_create(struct ctl_ctx *c, const char *tenant, const char *preset
 {
 	if (!tenant_ok(tenant, err))
 		return -EINVAL;
-	const struct ctl_preset *p = ctl_conf_preset(c->conf, preset ? preset : c->conf->default_preset);
+	const struct ctl_preset *p =
+		ctl_conf_preset(c->conf, preset ? preset : c->conf->default_preset);
 	if (!p)
 		return al_error_set(err, -ENOENT, "no preset named %s in %s", preset,
 				    c->conf->file ? c->conf->file : "the built-in config");
@@ -871,27 +874,30 @@ int ctl_session_create(struct ctl_ctx *c, const char *tenant, const char *preset
 	if (source && *source) {
 		if (strncmp(source, "https://", 8) == 0 || strstr(source, "://") ||
 		    strchr(source, '@') || strncmp(source, "ext::", 5) == 0) {
-			int r = ctl_github_url_parse(source, owner, sizeof(owner), repo, sizeof(repo),
-						     err);
+			int r = ctl_github_url_parse(source, owner, sizeof(owner), repo,
+						     sizeof(repo), err);
 			if (r < 0)
 				return r;
 			if (!ctl_preset_allows_repo(p, owner, repo))
-				return al_error_set(err, -EPERM,
-						    "preset %s may not be granted %s/%s (its github: "
-						    "list)",
-						    p->name, owner, repo);
+				return al_error_set(
+					err, -EPERM,
+					"preset %s may not be granted %s/%s (its github: "
+					"list)",
+					p->name, owner, repo);
 			github = true;
 			snprintf(s.grant, sizeof(s.grant), "github:%s/%s", owner, repo);
 			snprintf(s.source, sizeof(s.source), "https://github.com/%s/%s", owner,
 				 repo);
 		} else {
 			if (!c->trusted)
-				return al_error_set(err, -EPERM,
-						    "a local directory is a source for local callers "
-						    "only");
+				return al_error_set(
+					err, -EPERM,
+					"a local directory is a source for local callers "
+					"only");
 			if (source[0] != '/' || strlen(source) >= sizeof(s.source))
-				return al_error_set(err, -EINVAL,
-						    "a local directory is given by its absolute path");
+				return al_error_set(
+					err, -EINVAL,
+					"a local directory is given by its absolute path");
 			local = true;
 			snprintf(s.source, sizeof(s.source), "%s", source);
 		}
@@ -1044,8 +1050,7 @@ static void *turn_reader(void *ud)
 
 /* The argv of a turn: the template with {prompt} and {session} replaced
  * whole. */
-static char **turn_argv(const struct ctl_agent *a, bool resume, const char *prompt,
-			const char *sid)
+static char **turn_argv(const struct ctl_agent *a, bool resume, const char *prompt, const char *sid)
 {
 	char *const *tpl = resume ? a->argv_resume : a->argv_first;
 	size_t n = 0;
@@ -1077,7 +1082,8 @@ static int turn_env(const struct ctl_preset *p, char ***ret, size_t *ret_n)
 	size_t n = 0;
 	int r = 0;
 	if (asprintf(&v[n++], "HOME=%s", a->home) < 0 ||
-	    asprintf(&v[n++], "PATH=%s/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	    asprintf(&v[n++],
+		     "PATH=%s/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		     CTL_TOOLS_PATH) < 0)
 		r = -ENOMEM;
 	if (r == 0 && a->node_heap && p->limits.memory) {
@@ -1179,7 +1185,8 @@ static int turn_agent(struct ctl_ctx *c, const struct ctl_session *s, const stru
 	ctl_agentout_finish(io.ao, exited, status, oc);
 	if (oc->succeeded && io.rc < 0) {
 		oc->succeeded = false;
-		snprintf(oc->reason, sizeof(oc->reason), "the agent's events could not be stored: %s",
+		snprintf(oc->reason, sizeof(oc->reason),
+			 "the agent's events could not be stored: %s",
 			 al_error_message(&io.err)[0] ? al_error_message(&io.err) : "error");
 	}
 	if (res.outcome == SBX_TIMED_OUT) {
@@ -1191,7 +1198,8 @@ static int turn_agent(struct ctl_ctx *c, const struct ctl_session *s, const stru
 		snprintf(oc->reason, sizeof(oc->reason), "the memory limit killed the agent");
 	} else if (res.output_truncated) {
 		oc->succeeded = false;
-		snprintf(oc->reason, sizeof(oc->reason), "the agent's output passed the limit of %" PRIu64 " bytes",
+		snprintf(oc->reason, sizeof(oc->reason),
+			 "the agent's output passed the limit of %" PRIu64 " bytes",
 			 p->limits.output);
 	}
 	/* The first turn's id is ours when the agent takes it; the output's
@@ -1219,9 +1227,8 @@ out:
 
 /* Waits until this turn may run (the one before it ended); 0 once claimed
  * (*t filled), -ECANCELED when it was cancelled while it waited. */
-static int turn_wait_claim(struct ctl_ctx *c, const char *tenant, const char *session,
-			   uint32_t n, const struct ctl_observer *obs, struct ctl_turn *t,
-			   struct al_error *err)
+static int turn_wait_claim(struct ctl_ctx *c, const char *tenant, const char *session, uint32_t n,
+			   const struct ctl_observer *obs, struct ctl_turn *t, struct al_error *err)
 {
 	uint64_t start = 0;
 	(void)ctl_proc_starttime((int32_t)getpid(), &start);
@@ -1454,12 +1461,10 @@ int ctl_session_delete(struct ctl_ctx *c, const char *tenant, const char *sessio
 	uint32_t n;
 	struct al_error e2 = { 0 };
 	(void)ctl_db_turn_cancel(c->db, tenant, s.id, 0, "the session was deleted", &n, &e2);
-	if (s.sandbox_id[0] && (r = sbx_destroy(&c->set, s.sandbox_id, err)) < 0 &&
-	    r != -ENOENT)
+	if (s.sandbox_id[0] && (r = sbx_destroy(&c->set, s.sandbox_id, err)) < 0 && r != -ENOENT)
 		return r;
 	_cleanup_repo_ struct st_repo *rp = NULL;
-	if ((r = repo_open(c, tenant, &rp, err)) < 0 ||
-	    (r = st_session_delete(rp, s.id, err)) < 0)
+	if ((r = repo_open(c, tenant, &rp, err)) < 0 || (r = st_session_delete(rp, s.id, err)) < 0)
 		return r;
 	/* Really gone: GC takes what no other session refers to. */
 	struct st_gc_opts go = { .repack = true, .max_unused_pct = 0 };
@@ -1485,7 +1490,8 @@ int ctl_session_diff(struct ctl_ctx *c, const char *tenant, const char *session,
 		/* The last turn that committed a checkpoint. */
 		for (uint32_t i = s.turns; i >= 1 && n == 0; i--) {
 			struct ctl_turn t = { 0 };
-			if (ctl_db_turn_get(c->db, tenant, s.id, i, &t, err) == 0 && t.checkpoint[0])
+			if (ctl_db_turn_get(c->db, tenant, s.id, i, &t, err) == 0 &&
+			    t.checkpoint[0])
 				n = i;
 			ctl_turn_clear(&t);
 		}

@@ -181,7 +181,8 @@ int ctl_vault_set_stdin(const char *path, const char *name, struct al_error *err
 		if ((unsigned char)val[i] < 0x20 || val[i] == 0x7f)
 			r = al_error_set(err, -EINVAL, "the value holds a control character");
 	if (r >= 0 && (len < GW_SECRET_MIN || len > GW_SECRET_MAX))
-		r = al_error_set(err, -EINVAL, "a value is %d to %d bytes (standard input gave %zu)",
+		r = al_error_set(err, -EINVAL,
+				 "a value is %d to %d bytes (standard input gave %zu)",
 				 GW_SECRET_MIN, GW_SECRET_MAX, len);
 	struct entries *e = calloc(1, sizeof(*e));
 	if (r >= 0 && !e)

@@ -528,9 +528,9 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 	int rc;
 	if (o->policy_file || o->policy_text) {
 		_cleanup_config_doc_ struct config_doc *doc = NULL;
-		rc = o->policy_file ?
-			     config_load_file(o->policy_file, &doc, err) :
-			     config_load_string(o->policy_name ? o->policy_name : "policy", o->policy_text, o->policy_len, &doc, err);
+		rc = o->policy_file ? config_load_file(o->policy_file, &doc, err) :
+				      config_load_string(o->policy_name ? o->policy_name : "policy",
+							 o->policy_text, o->policy_len, &doc, err);
 		if (rc < 0)
 			return rc;
 		static const char *const extra[] = { "credentials", "upstreams", "hosts",

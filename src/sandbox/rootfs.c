@@ -73,7 +73,7 @@ struct sbx_rootfs_plan {
 	char home_rel[48];	 /* where inside, relative to "/": "root", "home/NAME" */
 	int tools_fd;		 /* the tools directory, as the home; or -1 */
 	bool tools_writable;
-	uint32_t uid;		 /* host uid of root inside */
+	uint32_t uid; /* host uid of root inside */
 	uint64_t tmp_size;
 	uint64_t state_size; /* of the private tmpfs holding "/" and the upper layers */
 	struct layer layers[MAX_LAYERS];
@@ -554,10 +554,11 @@ static int prepare_tools(const struct sbx_spec *spec, struct sbx_rootfs_plan *pl
 				    tools);
 	int fd = open_dir_no_links(tools);
 	if (fd == -ELOOP)
-		return al_error_set(err, -ELOOP,
-				    "tools directory %s goes through a symbolic link: give its real "
-				    "path",
-				    tools);
+		return al_error_set(
+			err, -ELOOP,
+			"tools directory %s goes through a symbolic link: give its real "
+			"path",
+			tools);
 	if (fd < 0)
 		return al_error_set_errno(err, fd, "tools directory %s", tools);
 	plan->tools_fd = fd;
@@ -938,8 +939,7 @@ static int attach_at(const struct sbx_rootfs_plan *plan, struct maker *mk, int t
 				"of the sandbox's root (a symbolic link is not followed)",
 				what, where, rel);
 		if (fd < 0)
-			return al_error_set_errno(err, fd, "cannot attach %s at /%s", what,
-						  where);
+			return al_error_set_errno(err, fd, "cannot attach %s at /%s", what, where);
 		close(dfd);
 		dfd = fd;
 		if (!slash)

@@ -85,7 +85,7 @@ static void test_argv_templates_whole(void **state)
 		 "    first: [x, \"{prompt}\"]\n"
 		 "    resume: [x, \"{prompt}\"]\n"
 		 "    model_hosts: [{host: a.example, secret: s, header: x-key}]\n",
-		 "needs {session}");
+		 "need {session}");
 }
 
 static void test_preset_errors_name_line_and_key(void **state)
@@ -163,13 +163,14 @@ static void test_version_follows_setup(void **state)
 
 static void test_agent_override(void **state)
 {
-	struct ctl_conf *c = load_ok("agents:\n"
-				     "  claude:\n"
-				     "    parser: claude\n"
-				     "    first: [claude, -p, \"{prompt}\"]\n"
-				     "    resume: [claude, -p, --resume, \"{session}\", \"{prompt}\"]\n"
-				     "    model_hosts:\n"
-				     "      - {host: llm.internal.example, secret: k, header: x-api-key}\n");
+	struct ctl_conf *c =
+		load_ok("agents:\n"
+			"  claude:\n"
+			"    parser: claude\n"
+			"    first: [claude, -p, \"{prompt}\"]\n"
+			"    resume: [claude, -p, --resume, \"{session}\", \"{prompt}\"]\n"
+			"    model_hosts:\n"
+			"      - {host: llm.internal.example, secret: k, header: x-api-key}\n");
 	const struct ctl_agent *a = ctl_conf_agent(c, "claude");
 	assert_string_equal(a->origin, "airlock.yaml");
 	assert_string_equal(a->hosts[0].host, "llm.internal.example");

@@ -481,7 +481,7 @@ static void test_session_basics(void **state)
 	assert_int_equal(ctl_db_session_set_state(db, "t", a, (enum ctl_session_state)7, &err),
 			 -EINVAL);
 
-	/* forked_from and last_checkpoint as given. */
+	/* forked_from, last_checkpoint and agent_session as given. */
 	char c[CTL_ID_LEN + 1], ck2[CTL_CKPT_HEX + 1];
 	sid(c, 0xc3);
 	ckid(ck2, 8);
@@ -490,14 +490,15 @@ static void test_session_basics(void **state)
 	snprintf(s.tenant, sizeof(s.tenant), "t");
 	snprintf(s.forked_from, sizeof(s.forked_from), "%s", ck);
 	snprintf(s.last_checkpoint, sizeof(s.last_checkpoint), "%s", ck2);
-	snprintf(s.agent_session, sizeof(s.agent_session), "ignored");
+	snprintf(s.agent_session, sizeof(s.agent_session), "kept-for-a-fork");
 	s.turns = 9;
 	al_error_clear(&err);
 	assert_int_equal(ctl_db_session_insert(db, &s, &err), 0);
 	got = get_session(db, "t", c);
 	assert_string_equal(got.forked_from, ck);
 	assert_string_equal(got.last_checkpoint, ck2);
-	assert_string_equal(got.agent_session, "");
+	/* A fork starts with the agent's session as of its checkpoint. */
+	assert_string_equal(got.agent_session, "kept-for-a-fork");
 	assert_int_equal(got.turns, 0);
 	ctl_db_close(db);
 }
