@@ -708,6 +708,19 @@ static bool grant_pattern_ok(const char *s)
 	return true;
 }
 
+/* A preset that installs its agent and says nothing of its setup's
+ * network: the npm registry alone, read-only. (Where the registry resolves
+ * to addresses the gateway's vetting refuses, the preset's setup policy
+ * must say so with allow_cidrs.) */
+static int default_setup_policy(struct ctl_preset *p, struct al_error *err)
+{
+	if (p->setup_policy || p->agent->n_install == 0)
+		return 0;
+	p->setup_policy = strdup("{\"rules\": [{\"id\": \"npm-registry\", \"host\": "
+				 "\"registry.npmjs.org\", \"methods\": [\"GET\", \"HEAD\"]}]}\n");
+	return p->setup_policy ? 0 : al_error_set(err, -ENOMEM, "out of memory");
+}
+
 static int parse_preset(struct ctl_conf *c, const char *name, const struct config_node *n,
 			const char *file, struct ctl_preset *p, struct al_error *err)
 {
@@ -796,6 +809,8 @@ static int parse_preset(struct ctl_conf *c, const char *name, const struct confi
 		.output = 64ull << 20,
 	};
 	if ((v = config_map_get(n, "limits")) && (r = parse_limits(v, &p->limits, err)) < 0)
+		return r;
+	if ((r = default_setup_policy(p, err)) < 0)
 		return r;
 	preset_version(p);
 	return 0;
@@ -917,7 +932,7 @@ static int default_presets(struct ctl_conf *c, const char *file, struct al_error
 		    !(p->policy_name = strdup(file)))
 			return -ENOMEM;
 		int r = make_policy(p->agent, NULL, true, &p->policy, err);
-		if (r < 0)
+		if (r < 0 || (r = default_setup_policy(p, err)) < 0)
 			return r;
 		p->limits = (struct ctl_limits){
 			.memory = 4ull << 30,

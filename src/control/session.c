@@ -567,14 +567,14 @@ static int sandbox_start(struct ctl_ctx *c, const struct sandbox_req *q, char id
 			 struct al_error *err)
 {
 	const struct ctl_preset *p = q->preset;
-	int r = vault_has(c, p, err);
+	int r = q->setup ? 0 : vault_has(c, p, err);
 	if (r < 0)
 		return r;
 	struct sbx_spec spec = {
 		.image = p->image,
 		.workspace = q->workspace,
 		.home = q->home,
-		.home_path = p->agent->home,
+		.home_path = q->home ? p->agent->home : NULL,
 		.tools = q->tools,
 		.tools_writable = q->setup,
 		.network = p->network,
@@ -598,8 +598,14 @@ static int sandbox_start(struct ctl_ctx *c, const struct sandbox_req *q, char id
 		.n_upstream_cas = p->n_upstream_cas,
 		.vault_file = c->conf->vault,
 	};
-	if (q->setup && p->network == SBX_NETWORK_NONE)
+	/* Setup under its own policy has a network even in a preset without
+	 * one (to fetch what it installs). */
+	if (q->setup && p->setup_policy && p->network == SBX_NETWORK_NONE)
 		spec.network = SBX_NETWORK_RESTRICTED;
+	/* Credentials need the vault; a policy without any, none. */
+	struct stat vst;
+	if (stat(c->conf->vault, &vst) < 0)
+		g.vault_file = NULL;
 	struct ctl_net_opts no = { .gw = &g,
 				   .set = &c->set,
 				   .gw_uid = c->gw_uid,
@@ -708,14 +714,14 @@ static int preset_setup(struct ctl_ctx *c, const struct ctl_preset *p,
 		goto out;
 	/* The agent from the npm registry, then the operator's commands. */
 	for (size_t i = 0; r >= 0 && i <= p->n_setup; i++) {
-		const char *argv_npm[4 + 64] = { "npm", "install", "--global",
-						 "--prefix=" CTL_TOOLS_PATH };
+		const char *argv_npm[6 + 64] = { "npm",	     "install",	 "--global",
+						 "--no-audit", "--no-fund", "--prefix=" CTL_TOOLS_PATH };
 		const char *argv_sh[4] = { "/bin/sh", "-ec", NULL, NULL };
 		const char *const *argv;
 		if (i == 0) {
 			if (p->agent->n_install == 0)
 				continue;
-			size_t k = 4;
+			size_t k = 6;
 			for (size_t j = 0; j < p->agent->n_install && k < ARRAY_SIZE(argv_npm) - 1;
 			     j++)
 				argv_npm[k++] = p->agent->install[j];
