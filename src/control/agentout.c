@@ -21,6 +21,27 @@
  * a cut can never leave part of a secret. Text that arrives in pieces
  * (Gemini's deltas) is joined before it is redacted, so that a secret
  * split across pieces is still found.
+ *
+ * Where the CLIs' real output (tests/fixtures/agent-output/<agent>/real-*)
+ * differs from what /work/shared/AGENT-CLIS.md says, the real one is
+ * followed:
+ * - Claude Code: an API failure comes as a synthetic assistant message
+ *   (model "<synthetic>", "error", "is_api_error_message") before the
+ *   result; the result also has terminal_reason ("completed" on success),
+ *   and on --resume total_cost_usd includes the earlier turns' cost.
+ * - Gemini CLI: API failures end stream-json with a result of status
+ *   "error" on stdout, not "[ERROR] {json}" on stderr; -o json prints its
+ *   document over several lines, and its error object on stderr after a
+ *   stack trace; those runs exit with the HTTP status modulo 256 (144,
+ *   145, 173, 244), not 41-55; a stream that breaks gives an error event
+ *   and a result without an error object, exit status 0.
+ * - Codex: "error" lines "Reconnecting... n/m (...)" are retries, followed
+ *   by turn.completed when one works; the fatal error comes twice (error,
+ *   then turn.failed). An item of type error is a warning.
+ * - pi: a failed run is retried after its agent_end (auto_retry_start,
+ *   another agent_start ... agent_end, then auto_retry_end).
+ * - opencode: as documented; on 5xx or a broken stream it retries until
+ *   killed, printing step_start lines and no step_finish.
  */
 #include "control/agentout.h"
 
