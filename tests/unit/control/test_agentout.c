@@ -493,6 +493,8 @@ static const struct rcase real_cases[] = {
 	{ CTL_PARSER_CLAUDE, "turn1-success", true, NULL, "00000000-0000-4000-8000-000000000001", DONE },
 	{ CTL_PARSER_CLAUDE, "turn1-success-json", true, NULL, "00000000-0000-4000-8000-000000000002", DONE },
 	{ CTL_PARSER_CLAUDE, "turn2-resume", true, NULL, "00000000-0000-4000-8000-000000000001", SECOND },
+	/* without the permission bypass: tools refused, the agent's success stands */
+	{ CTL_PARSER_CLAUDE, "turn1-no-bypass", true, NULL, "22222222-3333-4444-8555-666666666666", DONE },
 	{ CTL_PARSER_CLAUDE, "api-401", false, "Invalid API key", "00000000-0000-4000-8000-000000000003", "" },
 	{ CTL_PARSER_CLAUDE, "api-401-json", false, "Invalid API key", "00000000-0000-4000-8000-000000000004", "" },
 	{ CTL_PARSER_CLAUDE, "api-429", false, "API Error: Request rejected (429)", NULL, "" },
@@ -505,6 +507,7 @@ static const struct rcase real_cases[] = {
 	{ CTL_PARSER_GEMINI, "turn1-success-json", true, NULL, "00000000-0000-4000-8000-000000000002", DONE },
 	{ CTL_PARSER_GEMINI, "turn2-resume", true, NULL, "00000000-0000-4000-8000-000000000001", SECOND },
 	{ CTL_PARSER_GEMINI, "turn2-resume-json", true, NULL, "00000000-0000-4000-8000-000000000002", SECOND },
+	{ CTL_PARSER_GEMINI, "turn1-no-bypass", true, NULL, "22222222-3333-4444-8555-666666666666", DONE },
 	{ CTL_PARSER_GEMINI, "api-400-key", false, "API key not valid", "00000000-0000-4000-8000-000000000003", NULL },
 	{ CTL_PARSER_GEMINI, "api-401", false, "Request had invalid authentication credentials", NULL, NULL },
 	/* -o json: the error object on stderr after a stack trace */
@@ -517,6 +520,9 @@ static const struct rcase real_cases[] = {
 	{ CTL_PARSER_GEMINI, "stream-truncated", false, "[API Error: terminated]", NULL, NULL },
 	{ CTL_PARSER_CODEX, "turn1-success", true, NULL, "01a23592-7233-7170-bc81-af2fb0349a0c", DONE },
 	{ CTL_PARSER_CODEX, "turn2-resume", true, NULL, "01a23592-7233-7170-bc81-af2fb0349a0c", SECOND },
+	{ CTL_PARSER_CODEX, "turn1-no-bypass", true, NULL, "01a235a1-1cbe-7581-8253-d7700d164ada", DONE },
+	/* error lines on the way to a success: WebSocket retries, then HTTPS */
+	{ CTL_PARSER_CODEX, "turn1-websocket-fallback", true, NULL, "01a235a0-fee6-7710-a919-99bf66a21c4d", DONE },
 	{ CTL_PARSER_CODEX, "api-401", false, "unexpected status 401 Unauthorized", NULL, "" },
 	{ CTL_PARSER_CODEX, "api-429", false, "exceeded retry limit, last status: 429", NULL, "" },
 	{ CTL_PARSER_CODEX, "api-500", false, "high demand", NULL, "" },
@@ -525,6 +531,7 @@ static const struct rcase real_cases[] = {
 	{ CTL_PARSER_CODEX, "stream-truncated", false, "stream disconnected before completion", NULL, "" },
 	{ CTL_PARSER_OPENCODE, "turn1-success", true, NULL, "ses_dca69cd2fffeaOqD31yQCvOtjn", DONE },
 	{ CTL_PARSER_OPENCODE, "turn2-resume", true, NULL, "ses_dca69cd2fffeaOqD31yQCvOtjn", SECOND },
+	{ CTL_PARSER_OPENCODE, "turn1-no-bypass", true, NULL, "ses_dca5ced3effeYOBHQXgdN8FBYM", DONE },
 	{ CTL_PARSER_OPENCODE, "api-401", false, "APIError: invalid x-api-key; exit status 1", "ses_dca6990a7ffezMA1nNZTnXel3Q", "" },
 	/* retried until the exec timeout killed it (exit 124 from the exec) */
 	{ CTL_PARSER_OPENCODE, "api-500", false, NO_RESULT "; exit status 124; stderr: airlock: the command timed out", "", "" },
@@ -535,6 +542,9 @@ static const struct rcase real_cases[] = {
 	{ CTL_PARSER_PI, "turn1-success", true, NULL, "01a23595-104b-768b-9c9f-10f9a9a7d322", DONE },
 	{ CTL_PARSER_PI, "openai-gpt-4.1-turn1-success", true, NULL, "01a23595-a0e7-703a-b040-65d8f3bbc791", DONE },
 	{ CTL_PARSER_PI, "openai-gpt-5-turn1-success", true, NULL, "01a23595-92b0-752a-a8f1-960a479aa18f", DONE },
+	{ CTL_PARSER_PI, "chat-completions-turn1-success", true, NULL, "01a235a5-81e2-70bb-8704-cd2f22b18c59", DONE },
+	{ CTL_PARSER_PI, "chat-completions-turn2-resume", true, NULL, "01a235a5-81e2-70bb-8704-cd2f22b18c59", SECOND },
+	{ CTL_PARSER_PI, "turn1-no-bypass", true, NULL, "01a235a3-00ab-72a8-bd0a-ab0b3d4fda60", DONE },
 	{ CTL_PARSER_PI, "turn2-resume", true, NULL, "01a23595-104b-768b-9c9f-10f9a9a7d322", SECOND },
 	/* exit 0 each time: the stream alone says it failed */
 	{ CTL_PARSER_PI, "api-401", false, "the model stopped: error: 401", NULL, "" },
@@ -597,6 +607,13 @@ static void test_real_details(void **state)
 		at = strchr(at, '\n') + 1;
 	}
 	assert_int_equal(ev.n, 7);
+	buf_free(&ev.all);
+	free(o);
+
+	/* Claude without the bypass: each refusal an error event. */
+	o = check_fixture(CTL_PARSER_CLAUDE, "claude", "real-turn1-no-bypass", true, 0, true, &ev);
+	assert_non_null(strstr(ev.all.data, "error {\"message\":\"permission denied (Write): "));
+	assert_non_null(strstr(ev.all.data, "error {\"message\":\"permission denied (Bash): "));
 	buf_free(&ev.all);
 	free(o);
 
