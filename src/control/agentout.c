@@ -21,6 +21,27 @@
  * a cut can never leave part of a secret. Text that arrives in pieces
  * (Gemini's deltas) is joined before it is redacted, so that a secret
  * split across pieces is still found.
+ *
+ * Where the CLIs' real output (tests/fixtures/agent-output/<agent>/real-*)
+ * differs from what /work/shared/AGENT-CLIS.md says, the real one is
+ * followed:
+ * - Claude Code: an API failure comes as a synthetic assistant message
+ *   (model "<synthetic>", "error", "is_api_error_message") before the
+ *   result; the result also has terminal_reason ("completed" on success),
+ *   and on --resume total_cost_usd includes the earlier turns' cost.
+ * - Gemini CLI: API failures end stream-json with a result of status
+ *   "error" on stdout, not "[ERROR] {json}" on stderr; -o json prints its
+ *   document over several lines, and its error object on stderr after a
+ *   stack trace; those runs exit with the HTTP status modulo 256 (144,
+ *   145, 173, 244), not 41-55; a stream that breaks gives an error event
+ *   and a result without an error object, exit status 0.
+ * - Codex: "error" lines "Reconnecting... n/m (...)" are retries, followed
+ *   by turn.completed when one works; the fatal error comes twice (error,
+ *   then turn.failed). An item of type error is a warning.
+ * - pi: a failed run is retried after its agent_end (auto_retry_start,
+ *   another agent_start ... agent_end, then auto_retry_end).
+ * - opencode: as documented; on 5xx or a broken stream it retries until
+ *   killed, printing step_start lines and no step_finish.
  */
 #include "control/agentout.h"
 
@@ -698,6 +719,18 @@ static int claude_record(struct ctl_agentout *a, json_t *o, const char *type, bo
 				     "): %s%s",
 				     jcount(o, "attempt"), jcount(o, "max_retries"),
 				     str_or(jstr(o, "error", NULL), "error"), status);
+		}
+		if (sub && strcmp(sub, "permission_denied") == 0) {
+			/* A tool call refused (no bypass): the turn goes on, and
+			 * its result still decides. */
+			const char *m = jstr(o, "message", &len);
+			return emitf(a, "error", "permission denied (%s): %.*s",
+				     str_or(jstr(o, "tool_name", NULL), "?"),
+				     m ? (int)(len < CTL_EVENT_TEXT_MAX / 2 ?
+						       len :
+						       CTL_EVENT_TEXT_MAX / 2) :
+					 0,
+				     m ? m : "");
 		}
 		return emitf(a, "status", "%s", sub ? sub : "system");
 	}
@@ -1621,7 +1654,7 @@ void ctl_agentout_free(struct ctl_agentout *a)
 	buf_wipe(&a->pending);
 	buf_wipe(&a->doc);
 	buf_wipe(&a->pi_error);
-	explicit_bzero(a->err_tail, 2 * CTL_STDERR_KEEP);
+	explicit_bzero(a->err_tail, a->err_len);
 	free(a->err_tail);
 	explicit_bzero(a, sizeof(*a));
 	free(a);
@@ -1744,10 +1777,36 @@ static bool err_line(const struct ctl_agentout *a, const char **ret, size_t *ret
 	return last != NULL;
 }
 
-/* Writes the outcome's reason: text, redacted, bounded. */
+/* A reason is one line of plain text: terminal escape sequences (stderr
+ * in colour) go, other control characters become spaces. */
+static void plain_line(const char *s, size_t len, struct buf *out)
+{
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == 0x1b) {
+			/* ESC [ parameters... final byte (0x40-0x7e); ESC x. */
+			if (i + 1 < len && s[i + 1] == '[') {
+				i += 2;
+				while (i < len && !((unsigned char)s[i] >= 0x40 &&
+						    (unsigned char)s[i] <= 0x7e))
+					i++;
+			} else {
+				i++;
+			}
+			continue;
+		}
+		buf_append_char(out, c < 0x20 || c == 0x7f ? ' ' : (char)c);
+	}
+}
+
+/* Writes the outcome's reason: one line, redacted, bounded. */
 static void put_reason(const struct ctl_agentout *a, struct ctl_outcome *out, const char *s,
 		       size_t len)
 {
+	_cleanup_buf_ struct buf plain = BUF_INIT(len);
+	plain_line(s, len, &plain);
+	s = plain.data ? plain.data : "";
+	len = plain.len;
 	_cleanup_buf_ struct buf b = BUF_INIT(CTL_REASON_MAX);
 	if (clean_text(a, s, len, CTL_REASON_MAX, &b) < 0 || !b.data) {
 		/* Out of memory: a fixed reason, nothing of the agent's. */

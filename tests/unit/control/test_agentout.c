@@ -493,6 +493,8 @@ static const struct rcase real_cases[] = {
 	{ CTL_PARSER_CLAUDE, "turn1-success", true, NULL, "00000000-0000-4000-8000-000000000001", DONE },
 	{ CTL_PARSER_CLAUDE, "turn1-success-json", true, NULL, "00000000-0000-4000-8000-000000000002", DONE },
 	{ CTL_PARSER_CLAUDE, "turn2-resume", true, NULL, "00000000-0000-4000-8000-000000000001", SECOND },
+	/* without the permission bypass: tools refused, the agent's success stands */
+	{ CTL_PARSER_CLAUDE, "turn1-no-bypass", true, NULL, "22222222-3333-4444-8555-666666666666", DONE },
 	{ CTL_PARSER_CLAUDE, "api-401", false, "Invalid API key", "00000000-0000-4000-8000-000000000003", "" },
 	{ CTL_PARSER_CLAUDE, "api-401-json", false, "Invalid API key", "00000000-0000-4000-8000-000000000004", "" },
 	{ CTL_PARSER_CLAUDE, "api-429", false, "API Error: Request rejected (429)", NULL, "" },
@@ -505,6 +507,7 @@ static const struct rcase real_cases[] = {
 	{ CTL_PARSER_GEMINI, "turn1-success-json", true, NULL, "00000000-0000-4000-8000-000000000002", DONE },
 	{ CTL_PARSER_GEMINI, "turn2-resume", true, NULL, "00000000-0000-4000-8000-000000000001", SECOND },
 	{ CTL_PARSER_GEMINI, "turn2-resume-json", true, NULL, "00000000-0000-4000-8000-000000000002", SECOND },
+	{ CTL_PARSER_GEMINI, "turn1-no-bypass", true, NULL, "22222222-3333-4444-8555-666666666666", DONE },
 	{ CTL_PARSER_GEMINI, "api-400-key", false, "API key not valid", "00000000-0000-4000-8000-000000000003", NULL },
 	{ CTL_PARSER_GEMINI, "api-401", false, "Request had invalid authentication credentials", NULL, NULL },
 	/* -o json: the error object on stderr after a stack trace */
@@ -517,13 +520,31 @@ static const struct rcase real_cases[] = {
 	{ CTL_PARSER_GEMINI, "stream-truncated", false, "[API Error: terminated]", NULL, NULL },
 	{ CTL_PARSER_CODEX, "turn1-success", true, NULL, "01a23592-7233-7170-bc81-af2fb0349a0c", DONE },
 	{ CTL_PARSER_CODEX, "turn2-resume", true, NULL, "01a23592-7233-7170-bc81-af2fb0349a0c", SECOND },
+	{ CTL_PARSER_CODEX, "turn1-no-bypass", true, NULL, "01a235a1-1cbe-7581-8253-d7700d164ada", DONE },
+	/* error lines on the way to a success: WebSocket retries, then HTTPS */
+	{ CTL_PARSER_CODEX, "turn1-websocket-fallback", true, NULL, "01a235a0-fee6-7710-a919-99bf66a21c4d", DONE },
 	{ CTL_PARSER_CODEX, "api-401", false, "unexpected status 401 Unauthorized", NULL, "" },
 	{ CTL_PARSER_CODEX, "api-429", false, "exceeded retry limit, last status: 429", NULL, "" },
 	{ CTL_PARSER_CODEX, "api-500", false, "high demand", NULL, "" },
 	{ CTL_PARSER_CODEX, "resume-unknown", false, NO_RESULT "; exit status 1; stderr: Error: thread/resume", "", "" },
 	{ CTL_PARSER_CODEX, "stream-error", false, "stream disconnected before completion", NULL, "" },
 	{ CTL_PARSER_CODEX, "stream-truncated", false, "stream disconnected before completion", NULL, "" },
+	{ CTL_PARSER_OPENCODE, "turn1-success", true, NULL, "ses_dca69cd2fffeaOqD31yQCvOtjn", DONE },
+	{ CTL_PARSER_OPENCODE, "turn2-resume", true, NULL, "ses_dca69cd2fffeaOqD31yQCvOtjn", SECOND },
+	{ CTL_PARSER_OPENCODE, "turn1-no-bypass", true, NULL, "ses_dca5ced3effeYOBHQXgdN8FBYM", DONE },
+	{ CTL_PARSER_OPENCODE, "api-401", false, "APIError: invalid x-api-key; exit status 1", "ses_dca6990a7ffezMA1nNZTnXel3Q", "" },
+	/* retried until the exec timeout killed it (exit 124 from the exec) */
+	{ CTL_PARSER_OPENCODE, "api-500", false, NO_RESULT "; exit status 124; stderr: airlock: the command timed out", "", "" },
+	{ CTL_PARSER_OPENCODE, "stream-error", false, NO_RESULT "; exit status 124", "ses_dca687645ffe8LEAaCeWSSPZzq", "" },
+	{ CTL_PARSER_OPENCODE, "stream-truncated", false, NO_RESULT "; exit status 124", NULL, NULL },
+	/* stderr in colour: the escape sequences do not reach the reason */
+	{ CTL_PARSER_OPENCODE, "resume-unknown", false, NO_RESULT "; exit status 1; stderr: Error: Session not found", "", "" },
 	{ CTL_PARSER_PI, "turn1-success", true, NULL, "01a23595-104b-768b-9c9f-10f9a9a7d322", DONE },
+	{ CTL_PARSER_PI, "openai-gpt-4.1-turn1-success", true, NULL, "01a23595-a0e7-703a-b040-65d8f3bbc791", DONE },
+	{ CTL_PARSER_PI, "openai-gpt-5-turn1-success", true, NULL, "01a23595-92b0-752a-a8f1-960a479aa18f", DONE },
+	{ CTL_PARSER_PI, "chat-completions-turn1-success", true, NULL, "01a235a5-81e2-70bb-8704-cd2f22b18c59", DONE },
+	{ CTL_PARSER_PI, "chat-completions-turn2-resume", true, NULL, "01a235a5-81e2-70bb-8704-cd2f22b18c59", SECOND },
+	{ CTL_PARSER_PI, "turn1-no-bypass", true, NULL, "01a235a3-00ab-72a8-bd0a-ab0b3d4fda60", DONE },
 	{ CTL_PARSER_PI, "turn2-resume", true, NULL, "01a23595-104b-768b-9c9f-10f9a9a7d322", SECOND },
 	/* exit 0 each time: the stream alone says it failed */
 	{ CTL_PARSER_PI, "api-401", false, "the model stopped: error: 401", NULL, "" },
@@ -589,6 +610,13 @@ static void test_real_details(void **state)
 	buf_free(&ev.all);
 	free(o);
 
+	/* Claude without the bypass: each refusal an error event. */
+	o = check_fixture(CTL_PARSER_CLAUDE, "claude", "real-turn1-no-bypass", true, 0, true, &ev);
+	assert_non_null(strstr(ev.all.data, "error {\"message\":\"permission denied (Write): "));
+	assert_non_null(strstr(ev.all.data, "error {\"message\":\"permission denied (Bash): "));
+	buf_free(&ev.all);
+	free(o);
+
 	/* Codex's reconnect notices are status, the final error an error. */
 	o = check_fixture(CTL_PARSER_CODEX, "codex", "real-api-401", true, 0, true, &ev);
 	assert_non_null(strstr(ev.all.data, "status {\"message\":\"Reconnecting... 1/5"));
@@ -602,6 +630,15 @@ static void test_real_details(void **state)
 	assert_int_equal(o->usage.input_tokens, 36903);
 	assert_int_equal(o->usage.output_tokens, 48);
 	buf_free(&ev.all);
+	free(o);
+
+	/* opencode: cost and tokens summed over its steps. */
+	o = check_fixture(CTL_PARSER_OPENCODE, "opencode", "real-turn1-success", true, 0, true,
+			  NULL);
+	assert_int_equal(o->usage.input_tokens, 7714 + 7803 + 7878);
+	assert_int_equal(o->usage.output_tokens, 36);
+	assert_true(o->usage.have_cost);
+	assert_float_equal(o->usage.cost_usd, 0.023322 + 0.023589 + 0.023814, 1e-9);
 	free(o);
 
 	/* pi: usage summed over its assistant messages, cost included. */
@@ -885,6 +922,21 @@ static void test_session_id_checked(void **state)
 	buf_free(&ev.all);
 }
 
+static void test_claude_permission_denied(void **state)
+{
+	/* Refused tool calls are errors in the stream; the result decides. */
+	const char *in = CLAUDE_INIT
+		"{\"type\":\"system\",\"subtype\":\"permission_denied\","
+		"\"tool_name\":\"Write\",\"message\":\"not granted\"}\n" CLAUDE_OK;
+	struct events ev = { .all = BUF_INIT(1 << 20) };
+	struct ctl_outcome *o = run_text(CTL_PARSER_CLAUDE, in, strlen(in), 0, &ev);
+	assert_true(o->succeeded);
+	assert_non_null(strstr(ev.all.data,
+			       "error {\"message\":\"permission denied (Write): not granted\"}"));
+	free(o);
+	buf_free(&ev.all);
+}
+
 static void test_blank_and_crlf_lines(void **state)
 {
 	const char *in = "\n  \r\n" CLAUDE_INIT "\r\n\n"
@@ -960,6 +1012,7 @@ int main(void)
 		cmocka_unit_test(test_big_and_deep_events),
 		cmocka_unit_test(test_callback_stops),
 		cmocka_unit_test(test_session_id_checked),
+		cmocka_unit_test(test_claude_permission_denied),
 		cmocka_unit_test(test_blank_and_crlf_lines),
 		cmocka_unit_test(test_no_redactor),
 		cmocka_unit_test(test_stderr_tail),
