@@ -37,6 +37,7 @@ enum {
 	OPT_FOLLOW,
 	OPT_AFTER,
 	OPT_TEXT,
+	OPT_ALL,
 	OPT_QUIET,
 	OPT_HELP,
 };
@@ -69,12 +70,13 @@ static const struct cli_optdef events_optdefs[] = {
 
 static const struct cli_optdef diff_optdefs[] = {
 	{ "text", OPT_TEXT, NULL, "unified diffs of changed text files too" },
+	{ "all", OPT_ALL, NULL, "the agent's home too (paths from the tree: workspace/, home/)" },
 	{ NULL, 0, NULL, NULL },
 };
 
 struct opts {
 	const char *config, *tenant, *preset, *repo, *session;
-	bool json, follow, text, quiet;
+	bool json, follow, text, quiet, all;
 	uint64_t after;
 	char **args;
 	int n_args;
@@ -128,6 +130,9 @@ static int parse(const struct cmd *c, int argc, char **argv, struct opts *o)
 			break;
 		case OPT_QUIET:
 			o->quiet = true;
+			break;
+		case OPT_ALL:
+			o->all = true;
 			break;
 		case OPT_AFTER:
 			if (parse_u64(optarg, &o->after) < 0)
@@ -296,7 +301,7 @@ static int do_turn(struct ctl_ctx *c, const struct opts *o, const char *session,
 	if (!o->json && t.state == CTL_TURN_SUCCEEDED) {
 		struct buf b;
 		buf_init(&b, 1u << 20);
-		if (ctl_session_diff(c, o->tenant, session, t.n, false, &b, &err) == 0) {
+		if (ctl_session_diff(c, o->tenant, session, t.n, false, false, &b, &err) == 0) {
 			size_t lines = 0;
 			for (size_t i = 0; i < b.len; i++)
 				lines += b.data[i] == '\n';
@@ -329,7 +334,8 @@ static int cmd_run(struct opts *o)
 		struct ctl_session s;
 		char abs[4096];
 		const char *src = o->repo;
-		if (src && src[0] != '/' && !strstr(src, "://") && !strchr(src, '@')) {
+		if (src && src[0] != '/' && !strstr(src, "://") && !strstr(src, "::") &&
+		    !strchr(src, '@')) {
 			if (!realpath(src, abs))
 				return cli_fail("--repo %s: %s", src, al_strerror(errno));
 			src = abs;
@@ -471,7 +477,7 @@ static int cmd_diff(struct opts *o)
 	struct buf b;
 	buf_init(&b, 256u << 20);
 	struct al_error err = { 0 };
-	r = ctl_session_diff(&c, o->tenant, o->args[0], (uint32_t)n, o->text, &b, &err);
+	r = ctl_session_diff(&c, o->tenant, o->args[0], (uint32_t)n, o->text, o->all, &b, &err);
 	if (r < 0) {
 		buf_free(&b);
 		return cli_fail("%s", al_error_message(&err));

@@ -482,7 +482,11 @@ static int current_set(const char *sdir, const char *name)
 	    fmt_path(tmp, sizeof(tmp), "%s/current.tmp", sdir) < 0)
 		return -ENAMETOOLONG;
 	(void)unlink(tmp);
-	int r = write_file_at(AT_FDCWD, tmp, name);
+	_cleanup_close_ int fd =
+		open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	int r = write_full(fd, name, strlen(name));
 	if (r < 0)
 		return r;
 	return rename(tmp, path) < 0 ? -errno : 0;
@@ -714,8 +718,9 @@ static int preset_setup(struct ctl_ctx *c, const struct ctl_preset *p,
 		goto out;
 	/* The agent from the npm registry, then the operator's commands. */
 	for (size_t i = 0; r >= 0 && i <= p->n_setup; i++) {
-		const char *argv_npm[6 + 64] = { "npm",	     "install",	 "--global",
-						 "--no-audit", "--no-fund", "--prefix=" CTL_TOOLS_PATH };
+		const char *argv_npm[6 + 64] = { "npm",	      "install",
+						 "--global",  "--no-audit",
+						 "--no-fund", "--prefix=" CTL_TOOLS_PATH };
 		const char *argv_sh[4] = { "/bin/sh", "-ec", NULL, NULL };
 		const char *const *argv;
 		if (i == 0) {
@@ -730,7 +735,10 @@ static int preset_setup(struct ctl_ctx *c, const struct ctl_preset *p,
 		} else {
 			argv_sh[2] = p->setup[i - 1];
 			argv = argv_sh;
-			progress(obs, "setup: %s", p->setup[i - 1]);
+			const char *nl = strchr(p->setup[i - 1], '\n');
+			progress(obs, "setup: %.*s%s",
+				 nl ? (int)(nl - p->setup[i - 1]) : (int)strlen(p->setup[i - 1]),
+				 p->setup[i - 1], nl && nl[1] ? " ..." : "");
 		}
 		struct sbx_result res;
 		r = run_logged(c, id, (char *const *)argv, 30 * 60 * 1000, log_fd, &res, err);
@@ -795,13 +803,15 @@ static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
 			(void)rm_tree(tp);
 		return r;
 	}
-	if ((r = current_set(sdir, name)) < 0 ||
-	    (r = ctl_db_session_set_sandbox(c->db, s->tenant, s->id, id, ckpt, err)) < 0) {
+	r = current_set(sdir, name);
+	if (r < 0)
+		al_error_set_errno(err, r, "cannot record the session's tree in %s", sdir);
+	else
+		r = ctl_db_session_set_sandbox(c->db, s->tenant, s->id, id, ckpt, err);
+	if (r < 0) {
 		struct al_error e2 = { 0 };
 		(void)sbx_destroy(&c->set, id, &e2);
-		return r < 0 && !al_error_message(err)[0] ?
-			       al_error_set_errno(err, r, "cannot record the sandbox") :
-			       r;
+		return r;
 	}
 	trees_prune(sdir, name);
 	return 0;
@@ -879,7 +889,7 @@ int ctl_session_create(struct ctl_ctx *c, const char *tenant, const char *preset
 	bool github = false, local = false;
 	if (source && *source) {
 		if (strncmp(source, "https://", 8) == 0 || strstr(source, "://") ||
-		    strchr(source, '@') || strncmp(source, "ext::", 5) == 0) {
+		    strchr(source, '@') || strstr(source, "::")) {
 			int r = ctl_github_url_parse(source, owner, sizeof(owner), repo,
 						     sizeof(repo), err);
 			if (r < 0)
@@ -1271,6 +1281,34 @@ static int turn_wait_claim(struct ctl_ctx *c, const char *tenant, const char *se
 	}
 }
 
+struct cost_sum {
+	const char *agent_session;
+	double sum;
+};
+
+static int cost_fn(const struct ctl_turn *t, void *ud)
+{
+	struct cost_sum *cs = ud;
+	if (t->state == CTL_TURN_SUCCEEDED && t->usage.have_cost &&
+	    strcmp(t->agent_session, cs->agent_session) == 0)
+		cs->sum += t->usage.cost_usd;
+	return 0;
+}
+
+/* An agent that reports its whole session's cost (Claude on --resume):
+ * this turn's is what the session's earlier turns of that agent session
+ * did not cost. A fork's turns before it are another session's, so a
+ * fork's first turn counts them too. */
+static void turn_cost_of_total(struct ctl_ctx *c, const struct ctl_session *s,
+			       struct ctl_outcome *oc)
+{
+	struct cost_sum cs = { oc->agent_session, 0 };
+	struct al_error e = { 0 };
+	if (ctl_db_turn_list(c->db, s->tenant, s->id, cost_fn, &cs, &e) < 0)
+		return;
+	oc->usage.cost_usd = oc->usage.cost_usd > cs.sum ? oc->usage.cost_usd - cs.sum : 0;
+}
+
 int ctl_turn_run(struct ctl_ctx *c, const char *tenant, const char *session, const char *prompt,
 		 const struct ctl_observer *obs, struct ctl_turn *ret, bool *ret_timed_out,
 		 struct al_error *err)
@@ -1315,6 +1353,8 @@ int ctl_turn_run(struct ctl_ctx *c, const char *tenant, const char *session, con
 	if ((r = turn_agent(c, &s, p, &t, obs, p->agent->choose_session ? first_sid : NULL, &oc,
 			    &timed_out, err)) < 0)
 		goto fail;
+	if (oc.usage.have_cost && oc.cost_is_session_total)
+		turn_cost_of_total(c, &s, &oc);
 	char ckpt[CTL_CKPT_HEX + 1] = "";
 	if (oc.succeeded) {
 		/* Cancelled meanwhile: nothing of this turn is committed. */
@@ -1485,8 +1525,41 @@ int ctl_session_delete(struct ctl_ctx *c, const char *tenant, const char *sessio
 	return ctl_db_session_delete(c->db, tenant, s.id, err);
 }
 
+/* The workspace's part of a tree's diff, its paths made relative to it. */
+static int diff_workspace_only(const struct buf *in, struct buf *out)
+{
+	static const char ws[] = "workspace/";
+	const size_t wl = sizeof(ws) - 1;
+	bool keep = false;
+	int r = 0;
+	for (size_t off = 0; r >= 0 && off < in->len;) {
+		const char *line = in->data + off;
+		const char *nl = memchr(line, '\n', in->len - off);
+		size_t len = nl ? (size_t)(nl - line) + 1 : in->len - off;
+		off += len;
+		/* A path's header: "A path", "D path", "M path". */
+		if (len > 2 && (line[0] == 'A' || line[0] == 'D' || line[0] == 'M') &&
+		    line[1] == ' ') {
+			keep = len > 2 + wl && memcmp(line + 2, ws, wl) == 0;
+			if (keep)
+				r = buf_appendf(out, "%c %.*s", line[0], (int)(len - 2 - wl),
+						line + 2 + wl);
+			continue;
+		}
+		if (!keep)
+			continue;
+		if (len > 6 + wl &&
+		    (memcmp(line, "--- a/", 6) == 0 || memcmp(line, "+++ b/", 6) == 0) &&
+		    memcmp(line + 6, ws, wl) == 0)
+			r = buf_appendf(out, "%.6s%.*s", line, (int)(len - 6 - wl), line + 6 + wl);
+		else
+			r = buf_append(out, line, len);
+	}
+	return r;
+}
+
 int ctl_session_diff(struct ctl_ctx *c, const char *tenant, const char *session, uint32_t n,
-		     bool with_text, struct buf *out, struct al_error *err)
+		     bool with_text, bool all, struct buf *out, struct al_error *err)
 {
 	struct ctl_session s;
 	int r = ctl_db_session_get(c->db, tenant, session, &s, err);
@@ -1520,5 +1593,13 @@ int ctl_session_diff(struct ctl_ctx *c, const char *tenant, const char *session,
 	_cleanup_repo_ struct st_repo *rp = NULL;
 	if ((r = repo_open(c, tenant, &rp, err)) < 0)
 		return r;
-	return st_diff(rp, ck.parent, after, with_text, out, err);
+	if (all)
+		return st_diff(rp, ck.parent, after, with_text, out, err);
+	struct buf whole;
+	buf_init(&whole, out->max);
+	r = st_diff(rp, ck.parent, after, with_text, &whole, err);
+	if (r >= 0 && (r = diff_workspace_only(&whole, out)) < 0)
+		al_error_set_errno(err, r, "the diff is too large");
+	buf_free(&whole);
+	return r;
 }

@@ -88,7 +88,9 @@ int ctl_session_fork(struct ctl_ctx *c, const char *tenant, const char *from,
 int ctl_session_delete(struct ctl_ctx *c, const char *tenant, const char *session,
 		       struct al_error *err);
 
-/* What turn n changed (0: the last turn), as "A/D/M path" lines, with
- * text diffs when with_text. */
+/* What turn n changed (0: the last turn that committed), as "A/D/M path"
+ * lines, with text diffs when with_text: the workspace's paths (relative
+ * to it), or with all the agent's home too (paths from the tree's top,
+ * workspace/ and home/). */
 int ctl_session_diff(struct ctl_ctx *c, const char *tenant, const char *session, uint32_t n,
-		     bool with_text, struct buf *out, struct al_error *err);
+		     bool with_text, bool all, struct buf *out, struct al_error *err);

@@ -887,13 +887,14 @@ static int attach_tree(int tree_fd, const char *dst, struct al_error *err)
 	return 0;
 }
 
-/* A directory below dfd, in one step, following no link and crossing no mount. */
-static int open_dir_beneath(int dfd, const char *name)
+/* A directory below dfd, in one step, following no link and (unless
+ * cross) crossing no mount. */
+static int open_dir_beneath(int dfd, const char *name, bool cross)
 {
 	struct open_how how = {
 		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
 		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
-			   RESOLVE_NO_XDEV,
+			   (cross ? 0 : RESOLVE_NO_XDEV),
 	};
 	int fd = (int)syscall(SYS_openat2, dfd, name, &how, sizeof(how));
 	return fd < 0 ? -errno : fd;
@@ -908,7 +909,7 @@ static int open_dir_beneath(int dfd, const char *name)
  * init still is, so one is refused rather than followed.
  */
 static int attach_at(const struct sbx_rootfs_plan *plan, struct maker *mk, int tree_fd,
-		     const char *where, const char *what, struct al_error *err)
+		     const char *where, const char *what, bool cross, struct al_error *err)
 {
 	_cleanup_close_ int dfd = open(plan->root, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (dfd < 0)
@@ -920,7 +921,7 @@ static int attach_at(const struct sbx_rootfs_plan *plan, struct maker *mk, int t
 		char *slash = strchr(seg, '/');
 		if (slash)
 			*slash = '\0';
-		int fd = open_dir_beneath(dfd, seg);
+		int fd = open_dir_beneath(dfd, seg, cross);
 		if (fd == -ENOENT) {
 			/* /root is private to its owner; the rest is a mount point. */
 			mode_t mode = (seg == rel && strcmp(seg, "root") == 0) ? 0700 : 0755;
@@ -930,7 +931,7 @@ static int attach_at(const struct sbx_rootfs_plan *plan, struct maker *mk, int t
 			int back = as_owner(mk, 0);
 			if (r >= 0)
 				r = back;
-			fd = r < 0 ? r : open_dir_beneath(dfd, seg);
+			fd = r < 0 ? r : open_dir_beneath(dfd, seg, cross);
 		}
 		if (fd == -ELOOP || fd == -ENOTDIR || fd == -EXDEV)
 			return al_error_set(
@@ -1159,13 +1160,14 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 			return al_error_set_errno(err, -errno, "cannot bind the workspace");
 	}
 	if (plan->home_fd >= 0) {
-		r = attach_at(plan, &mk, plan->home_fd, plan->home_rel, "the home", err);
+		r = attach_at(plan, &mk, plan->home_fd, plan->home_rel, "the home", false, err);
 		if (r < 0)
 			return r;
 	}
 	if (plan->tools_fd >= 0) {
+		/* /opt is one of the image's own overlays: crossed, never a link. */
 		r = attach_at(plan, &mk, plan->tools_fd, SBX_TOOLS_PATH + 1, "the tools directory",
-			      err);
+			      true, err);
 		if (r < 0)
 			return r;
 	}

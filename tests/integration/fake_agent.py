@@ -76,9 +76,7 @@ if verb == "write":
         {"type": "text", "text": f"I wrote {name}."}]}})
     result(f"wrote {name}")
 elif verb == "recall":
-    out({"type": "assistant", "session_id": sid, "message": {"content": [
-        {"type": "text", "text": "I remember: " + " | ".join(remembered)}]}})
-    result("remembered " + str(len(remembered)))
+    result("I remember: " + " | ".join(remembered))
 elif verb == "outside":
     open("/var/tmp/airlock-outside", "w").write("x")
     result("wrote outside")

@@ -20,7 +20,7 @@ FAKE = (pathlib.Path(__file__).parent / "fake_agent.py").read_text()
 
 
 def config_text(state, extra_preset="", network="none"):
-    script = textwrap.indent(FAKE, " " * 12)
+    script = textwrap.indent(FAKE, " " * 10)
     return f"""
 state_dir: {state}
 agents:
@@ -142,7 +142,7 @@ def test_run_turns_checkpoint_diff_resume(ctl, tmp_path):
     assert "tool_call" in kinds and "tool_result" in kinds and "text" in kinds
     # The diff of turn 1: the new file, the copied one unchanged.
     d = ctl("diff", sid, check=True).stdout.decode()
-    assert "A workspace/notes.txt" in d and "README" not in d
+    assert "A notes.txt" in d and "README" not in d
     # Turn 2 resumes the agent's session: it remembers turn 1.
     p2 = ctl.turn(sid, "recall")
     assert p2.returncode == 0, p2.stderr
@@ -157,7 +157,7 @@ def test_human_output(ctl):
     assert p.returncode == 0, p.stderr
     out = p.stdout.decode()
     assert "-> Write" in out and "turn 1 succeeded" in out
-    assert "A workspace/a.txt" in out
+    assert "A a.txt" in out
     assert b"session " in p.stderr
 
 
@@ -201,7 +201,7 @@ def test_lost_sandbox_restored_from_checkpoint(ctl):
     s2, _ = ctl.show(sid)
     assert s2["sandbox"] and s2["sandbox"] != s["sandbox"]
     d = ctl("diff", sid, "1", check=True).stdout.decode()
-    assert "A workspace/kept.txt" in d
+    assert "A kept.txt" in d
 
 
 def test_setup_once_tools_read_only(ctl):
@@ -341,7 +341,7 @@ def test_fork_of_a_checkpoint_and_delete_keeps_forks(ctl):
     assert ctl("session", "show", sid).returncode == 125
     assert ctl.turn(f, "write three.txt 3").returncode == 0
     d = ctl("diff", f, check=True).stdout.decode()
-    assert "A workspace/three.txt" in d and "two.txt" not in d
+    assert "A three.txt" in d and "two.txt" not in d
 
 
 def test_delete_really_deletes(ctl):
