@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# `make demo`: airlock's sandbox doing its job, step by step, on this machine.
+# `make demo`: airlock's main job end to end on this machine — a real agent
+# CLI (Claude Code, installed from the npm registry by its preset's setup)
+# works on a small repository inside a sandbox holding only a dummy key,
+# with a checkpoint after every turn, a second turn that remembers the
+# first, and a fork — then the sandbox, the gateway and the checkpoint
+# store step by step. No model provider is reachable here: a scripted model
+# server (tests/fixtures/modelserver.py) answers under the provider's real
+# host name, through the gateway, which puts the real key in.
 set -uo pipefail
 AIRLOCK=${1:-build/src/cli/airlock}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$(id -u)" -ne 0 ]; then
 	echo "demo: airlock's sandbox needs root; run: sudo make demo" >&2
 	exit 1
@@ -9,19 +17,132 @@ fi
 bold=$(tput bold 2>/dev/null || true); off=$(tput sgr0 2>/dev/null || true)
 step() { printf '\n%s==> %s%s\n' "$bold" "$*" "$off"; }
 show() { printf '$ %s\n' "$*"; "$@"; printf '(exit status %s)\n' "$?"; }
+fail() { echo "demo: $*" >&2; exit 1; }
 
 ws=$(mktemp -d /tmp/airlock-demo-XXXXXX)
 chown nobody: "$ws"
 server=""
 api=""
 ck=""
+model=""
+# What the preset's setup installed is kept here between demos.
+DEMO_STATE=/var/tmp/airlock-demo
 cleanup() {
 	[ -n "$server" ] && kill "$server" 2>/dev/null
 	[ -n "$api" ] && kill "$api" 2>/dev/null
+	[ -n "$model" ] && kill "$model" 2>/dev/null
 	rm -rf "$ws"
 	[ -n "$ck" ] && rm -rf "$ck"
 }
 trap cleanup EXIT
+
+# ---- the main job ----
+
+d=$ws/.demo
+mkdir -p "$d" && chmod 700 "$d"
+cat >"$d/script.json" <<'JSON'
+{"turns": [
+  [{"tool": "write_file", "path": "greeting.py",
+    "content": "def greet(name):\n    return f\"Hello, {name}!\"\n\nprint(greet(\"airlock\"))\n"},
+   {"tool": "run", "command": "python3 greeting.py > greeting.out && cat greeting.out"},
+   {"text": "I added greeting.py, ran it, and saved its output in greeting.out."}],
+  [{"text": "Earlier you asked me to add a greeting: greeting.py prints Hello, airlock!"}],
+  [{"tool": "write_file", "path": "FORKED.md", "content": "This line exists only in the fork.\n"},
+   {"text": "Added FORKED.md in the fork."}]
+]}
+JSON
+python3 "$ROOT/tests/fixtures/modelserver.py" --script "$d/script.json" --log "$d/model.jsonl" \
+	--tls "$d/tls" >"$d/model.out" 2>&1 &
+model=$!
+for _ in $(seq 100); do grep -q '^port ' "$d/model.out" 2>/dev/null && break; sleep 0.1; done
+mport=$(sed -n 's/^port //p' "$d/model.out")
+[ -n "$mport" ] || fail "the model server did not start: $(cat "$d/model.out")"
+cidrs=$(getent ahosts registry.npmjs.org | awk '{print $1}' | sort -u |
+	sed 's,$,/32,; s,\(:.*\)/32,\1/128,' | paste -sd, -)
+[ -n "$cidrs" ] || fail "registry.npmjs.org does not resolve: the agent cannot be installed"
+mkdir -p "$DEMO_STATE" && chmod 700 "$DEMO_STATE"
+cat >"$d/airlock.yaml" <<YAML
+# The operator's config: one preset, Claude Code, restricted to its model
+# host (here routed to the scripted model server by an upstream override).
+state_dir: $DEMO_STATE
+presets:
+  claude:
+    agent: claude
+    limits: {memory: 2G, turn_time: 5m}
+    upstream_ca: [$d/tls/ca.crt]
+    policy:
+      upstreams: [{host: api.anthropic.com, port: 443, to: "127.0.0.1:$mport"}]
+    setup:
+      commands: []
+      policy:
+        rules: [{host: registry.npmjs.org, methods: [GET, HEAD]}]
+        # On this machine the registry's addresses are in ranges the
+        # gateway refuses by default; in production they are public.
+        allow_cidrs: [$cidrs]
+YAML
+al() { "$AIRLOCK" "$1" --config "$d/airlock.yaml" "${@:2}"; }
+REAL_KEY=sk-ant-api03-DEMO-real-key-0123456789abcdef0123456789abcdef
+repo=$ws/project
+mkdir -p "$repo"
+printf '# project\n\nA small repository for the demo.\n' >"$repo/README.md"
+chown -R nobody: "$repo"
+
+step "The real key goes into the vault, which only the gateway reads"
+printf '$ airlock vault set anthropic   (the key on standard input)\n'
+echo "$REAL_KEY" | al vault set anthropic || fail "vault set failed"
+al vault list
+
+step "airlock run: Claude Code works on the repository in a sandbox (setup installs it once)"
+printf '$ airlock run --preset claude --repo %s "add a greeting and run it"\n' "$repo"
+al run --preset claude --repo "$repo" "add a greeting and run it" 2> >(tee "$d/run.err" >&2)
+rc=$?
+wait $! 2>/dev/null # the tee
+echo "(exit status $rc)"
+[ "$rc" -eq 0 ] || fail "the first turn failed"
+sid=$(sed -n 's/^airlock: session //p' "$d/run.err")
+
+step "The events, as stored (bounded, redacted)"
+show al events "$sid"
+
+step "The checkpoint after the turn, and what the turn changed"
+show al session show "$sid"
+show al diff --text "$sid"
+
+step "A second turn resumes the agent's own session: it remembers the first"
+show al turn "$sid" "what did I ask you to do before?"
+python3 - "$d/model.jsonl" <<'PY'
+import json, sys
+reqs = [json.loads(l) for l in open(sys.argv[1]) if '"answer": "main"' in l or '"answer":"main"' in l]
+last = json.dumps(reqs[-1]["body"])
+print("the model's last request carries turn 1's message:", "add a greeting and run it" in last)
+PY
+
+step "A fork from that checkpoint: a new session, its own sandbox, the same history"
+fork=$(al fork "$sid")
+echo "fork: $fork"
+show al turn "$fork" "add a note that exists only in the fork"
+show al diff "$fork"
+echo "in the original session's last checkpoint, FORKED.md: $(al diff --all "$sid" 1 | grep -c FORKED.md) times"
+
+step "The real key reached the model server; the sandbox only ever held the dummy"
+python3 - "$d/model.jsonl" "$REAL_KEY" <<'PY'
+import json, sys
+reqs = [json.loads(l) for l in open(sys.argv[1])]
+keys = {r["headers"].get("x-api-key") for r in reqs if r.get("path", "").startswith("/v1/messages")}
+print("x-api-key values the upstream received on model calls:",
+      ", ".join(sorted(k[:14] + "..." for k in keys if k)), "(the real key:", sys.argv[2][:14] + "...)")
+PY
+hits=$(grep -rlF "$REAL_KEY" "$DEMO_STATE/sessions" 2>/dev/null | wc -l)
+ev=$(al events --json "$sid" | grep -cF "$REAL_KEY")
+echo "files of the sessions (workspaces, agent homes) holding the real key: $hits; events: $ev"
+audit=$DEMO_STATE/sessions/local/$sid/audit.jsonl
+echo "the gateway's decisions for the session's sandboxes ($(wc -l <"$audit") lines), e.g.:"
+grep '"decision":"deny"' "$audit" | head -2
+grep '"decision":"allow"' "$audit" | head -1
+al session rm "$fork"
+al session rm "$sid"
+
+# ---- the parts, one by one ----
 
 step "What this kernel offers"
 "$AIRLOCK" doctor
