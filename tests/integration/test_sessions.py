@@ -420,3 +420,28 @@ def test_kill9_mid_turn_leaves_no_running_turn(ctl):
     assert ctl.turn(sid, "recall").returncode == 0
     assert "write first.txt 1" in last_text(ctl, sid)
     wait_for(lambda: not our_processes(), timeout=20, what="the killed turn's agent to go")
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 4, 5])
+def test_kill9_mid_checkpoint_loses_nothing_committed(ctl, step):
+    """airlock dies (_exit, as a kill -9 would leave it) at each write step of
+    the turn's checkpoint: the last committed checkpoint stays whole, the
+    turn is failed as interrupted, and the next turn starts from there."""
+    p = ctl.run("write one.txt 1")
+    sid = ctl.session_of(p)
+    committed = ctl.result(p)["checkpoint"]
+    p = ctl("turn", "--json", sid, "write two.txt 2", env={"AIRLOCK_FAULT_STEP": str(step)})
+    assert p.returncode == 99, (step, p.returncode, p.stderr)
+    s, turns = ctl.show(sid)
+    assert turns[-1]["state"] == "failed" and "interrupted" in turns[-1]["reason"]
+    assert s["last_checkpoint"] == committed
+    assert ctl.turn(sid, "recall").returncode == 0
+    # The agent resumed from the committed history: the interrupted turn's
+    # message is not in it.
+    assert last_text(ctl, sid) == "I remember: write one.txt 1"
+    d = ctl("diff", sid, "1", check=True).stdout.decode()
+    assert "A one.txt" in d
+    # The interrupted turn's files are not in the session: two.txt is gone
+    # with its sandbox.
+    s, turns = ctl.show(sid)
+    assert "two.txt" not in ctl("diff", "--all", sid, check=True).stdout.decode()
