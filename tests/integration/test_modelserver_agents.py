@@ -14,7 +14,7 @@ The CLIs are installed once per version into a cache directory under /opt
 (the sandboxes show the host's /usr and /opt read-only, not /var/cache):
 `AIRLOCK_TEST_AGENTS_DIR` (default /opt/airlock-test/agents), one directory
 per `package@version`. A missing one is installed with npm; without a
-reachable registry the test is skipped, saying why. agents/NOTES.md says
+reachable registry the test is skipped, saying why. docs/agents.md says
 what each CLI needs and why.
 """
 import fcntl
