@@ -397,6 +397,22 @@ static int cmd_session(struct opts *o)
 			return cli_fail("%s", al_error_message(&err));
 		return 0;
 	}
+	if (strcmp(verb, "gc") == 0) {
+		if (o->n_args != 1)
+			return cli_fail("usage: airlock session gc");
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		unsigned n = 0;
+		r = ctl_retention_gc(&c, (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000, &n,
+				     &err);
+		if (r < 0)
+			return cli_fail("%s", al_error_message(&err));
+		if (o->json)
+			printf("{\"deleted\":%u}\n", n);
+		else
+			printf("%u idle session%s deleted\n", n, n == 1 ? "" : "s");
+		return 0;
+	}
 	if (o->n_args != 2)
 		return cli_fail("usage: airlock session %s ID", verb);
 	if (strcmp(verb, "show") == 0) {
@@ -413,7 +429,7 @@ static int cmd_session(struct opts *o)
 			return cli_fail("%s", al_error_message(&err));
 		return 0;
 	}
-	return cli_fail("unknown session command '%s' (list, show, rm)", verb);
+	return cli_fail("unknown session command '%s' (list, show, rm, gc)", verb);
 }
 
 /* ---- events ---- */
@@ -561,8 +577,9 @@ static const struct cmd cmds[] = {
 	  "a turn of an agent in a new session (or --session's), with a checkpoint after it",
 	  run_optdefs, 1, 1 },
 	{ "turn", cmd_turn, "SESSION PROMPT", "the next turn of a session", run_optdefs, 2, 2 },
-	{ "session", cmd_session, "list | show ID | rm ID", "sessions: list, show, delete", NULL, 1,
-	  2 },
+	{ "session", cmd_session, "list | show ID | rm ID | gc",
+	  "sessions: list, show, delete; gc deletes those idle past the config's retention", NULL,
+	  1, 2 },
 	{ "events", cmd_events, "SESSION [--follow] [--after SEQ]", "a session's agent events",
 	  events_optdefs, 1, 1 },
 	{ "diff", cmd_diff, "SESSION [TURN] [--text]",

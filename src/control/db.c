@@ -985,6 +985,28 @@ int ctl_db_session_get(struct ctl_db *db, const char *tenant, const char *id,
 	return 0;
 }
 
+int ctl_db_session_list_idle(struct ctl_db *db, int64_t before,
+			     int (*fn)(const struct ctl_session *s, void *ud), void *ud,
+			     struct al_error *err)
+{
+	_cleanup_q_ struct q q = { 0 };
+	int r = q_prepare(db, &q,
+			  "SELECT " SESSION_COLS " FROM sessions WHERE updated < ?1 "
+			  "ORDER BY updated, rowid",
+			  "cannot list the sessions", err);
+	if (r < 0)
+		return r;
+	q_int(&q, 1, before);
+	while ((r = q_step(&q, err)) > 0) {
+		struct ctl_session s;
+		read_session(q.st, &s);
+		r = fn(&s, ud);
+		if (r != 0)
+			return r;
+	}
+	return r;
+}
+
 int ctl_db_session_list(struct ctl_db *db, const char *tenant,
 			int (*fn)(const struct ctl_session *s, void *ud), void *ud,
 			struct al_error *err)

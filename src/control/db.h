@@ -97,6 +97,12 @@ int ctl_db_session_get(struct ctl_db *db, const char *tenant, const char *id,
 int ctl_db_session_list(struct ctl_db *db, const char *tenant,
 			int (*fn)(const struct ctl_session *s, void *ud), void *ud,
 			struct al_error *err);
+/* Every tenant's sessions not updated since before (unix ms), oldest
+ * first: for retention, which is the operator's and crosses tenants. fn
+ * must not change the database (collect, then act). */
+int ctl_db_session_list_idle(struct ctl_db *db, int64_t before,
+			     int (*fn)(const struct ctl_session *s, void *ud), void *ud,
+			     struct al_error *err);
 /* Records the live sandbox (id, and the checkpoint it holds); "" for none. */
 int ctl_db_session_set_sandbox(struct ctl_db *db, const char *tenant, const char *id,
 			       const char *sandbox_id, const char *checkpoint,

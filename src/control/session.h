@@ -88,6 +88,11 @@ int ctl_session_fork(struct ctl_ctx *c, const char *tenant, const char *from,
 int ctl_session_delete(struct ctl_ctx *c, const char *tenant, const char *session,
 		       struct al_error *err);
 
+/* Deletes the sessions idle longer than the config's retention (none
+ * when it has none), every tenant's; *ret_deleted how many. */
+int ctl_retention_gc(struct ctl_ctx *c, int64_t now_ms, unsigned *ret_deleted,
+		     struct al_error *err);
+
 /* What turn n changed (0: the last turn that committed), as "A/D/M path"
  * lines, with text diffs when with_text: the workspace's paths (relative
  * to it), or with all the agent's home too (paths from the tree's top,

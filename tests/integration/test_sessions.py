@@ -445,3 +445,20 @@ def test_kill9_mid_checkpoint_loses_nothing_committed(ctl, step):
     # with its sandbox.
     s, turns = ctl.show(sid)
     assert "two.txt" not in ctl("diff", "--all", sid, check=True).stdout.decode()
+
+
+def test_retention_deletes_idle_sessions_only(ctl):
+    old = ctl.session_of(ctl.run("write old.txt 1"))
+    with open(ctl.conf, "a") as f:
+        f.write("retention:\n  sessions: 2s\n")
+    s, _ = ctl.show(old)
+    # Until the session has been idle for the retention, gc keeps it.
+    p = ctl("session", "gc", "--json", check=True)
+    assert json.loads(p.stdout)["deleted"] == 0
+    wait_for(lambda: time.time() * 1000 > s["updated"] + 2500, what="two seconds of idleness")
+    fresh = ctl.session_of(ctl.run("write new.txt 2"))
+    p = ctl("session", "gc", "--json", check=True)
+    assert json.loads(p.stdout)["deleted"] == 1
+    assert ctl("session", "show", old).returncode == 125
+    assert ctl.show(fresh)[0]["turns"] == 1
+    assert s["sandbox"] not in ctl.a.sandbox("list").stdout.decode()
