@@ -825,6 +825,7 @@ void ctl_conf_free(struct ctl_conf *c)
 	free(c->file);
 	free(c->state_dir);
 	free(c->store_dir);
+	free(c->tools_dir);
 	free(c->vault);
 	for (size_t i = 0; i < c->n_agents; i++)
 		agent_clear(&c->agents[i]);
@@ -948,9 +949,10 @@ static int default_presets(struct ctl_conf *c, const char *file, struct al_error
 static int load_doc(const struct config_doc *doc, const char *file, struct ctl_conf **ret,
 		    struct al_error *err)
 {
-	static const char *const keys[] = { "state_dir", "store_dir",	   "vault",
-					    "retention", "workspace_uid",  "agents",
-					    "presets",	 "default_preset", NULL };
+	static const char *const keys[] = { "state_dir", "store_dir", "tools_dir",
+					    "vault",	 "retention", "workspace_uid",
+					    "agents",	 "presets",   "default_preset",
+					    NULL };
 	const struct config_node *root = config_root(doc);
 	int r = config_expect_kind(root, NULL, CONFIG_MAP, err);
 	if (r >= 0)
@@ -965,10 +967,12 @@ static int load_doc(const struct config_doc *doc, const char *file, struct ctl_c
 		return -ENOMEM;
 	if ((r = get_opt_str(root, "state_dir", &c->state_dir, err)) < 0 ||
 	    (r = get_opt_str(root, "store_dir", &c->store_dir, err)) < 0 ||
+	    (r = get_opt_str(root, "tools_dir", &c->tools_dir, err)) < 0 ||
 	    (r = get_opt_str(root, "vault", &c->vault, err)) < 0)
 		return r;
 	const char *const paths[][2] = { { "state_dir", c->state_dir },
 					 { "store_dir", c->store_dir },
+					 { "tools_dir", c->tools_dir },
 					 { "vault", c->vault } };
 	for (size_t i = 0; i < ARRAY_SIZE(paths); i++)
 		if (paths[i][1] && !abs_path_ok(paths[i][1]))
@@ -977,6 +981,8 @@ static int load_doc(const struct config_doc *doc, const char *file, struct ctl_c
 	if (!c->store_dir && asprintf(&c->store_dir, "%s/store", c->state_dir) < 0)
 		return -ENOMEM;
 	if (!c->vault && asprintf(&c->vault, "%s/vault.yaml", c->state_dir) < 0)
+		return -ENOMEM;
+	if (!c->tools_dir && asprintf(&c->tools_dir, "%s/tools", c->state_dir) < 0)
 		return -ENOMEM;
 	const struct config_node *v;
 	if ((v = config_map_get(root, "retention"))) {

@@ -104,6 +104,7 @@ struct ctl_conf {
 	char *file; /* NULL: the built-in default */
 	char *state_dir;
 	char *store_dir;
+	char *tools_dir; /* the presets' setup results */
 	char *vault;
 	uint64_t retention_ms; /* sessions idle this long go at gc; 0 never */
 	uint32_t workspace_uid;

@@ -694,9 +694,9 @@ static int preset_setup(struct ctl_ctx *c, const struct ctl_preset *p,
 			struct al_error *err)
 {
 	char tools[PATH_MAX_CTL], lockp[PATH_MAX_CTL];
-	if (fmt_path(ret_dir, size, "%s/tools/%s", c->conf->state_dir, p->version) < 0 ||
-	    fmt_path(tools, sizeof(tools), "%s/tools", c->conf->state_dir) < 0 ||
-	    fmt_path(lockp, sizeof(lockp), "%s/tools/%s.lock", c->conf->state_dir, p->version) < 0)
+	if (fmt_path(ret_dir, size, "%s/%s", c->conf->tools_dir, p->version) < 0 ||
+	    fmt_path(tools, sizeof(tools), "%s", c->conf->tools_dir) < 0 ||
+	    fmt_path(lockp, sizeof(lockp), "%s/%s.lock", c->conf->tools_dir, p->version) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
 	int r = mkdir_private(tools, 0700, err);
 	if (r < 0)

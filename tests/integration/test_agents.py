@@ -6,14 +6,13 @@ through the gateway to the scripted model server (tests/fixtures/
 modelserver.py) under the real host name, the real key put in by the
 gateway and only a dummy in the sandbox.
 
-What setup installed is kept between runs (the state directory below is
+What setup installed is kept between runs (the tools directory below is
 not removed), so a warm `make test` does not pay for npm again. Without a
 reachable npm registry the tests are skipped, saying so.
 """
 import json
 import os
 import pathlib
-import shutil
 import socket
 import subprocess
 import sys
@@ -25,8 +24,10 @@ from conftest import REPO, TEST_UID
 sys.path.insert(0, str(REPO / "tests" / "fixtures"))
 import modelserver  # noqa: E402
 
-# Kept between runs: the presets' setup results (tools/<version>).
-STATE = pathlib.Path(os.environ.get("AIRLOCK_TEST_AGENT_STATE", "/var/tmp/airlock-test-agents"))
+# Kept between runs (and shared by runs at the same time: a version's setup
+# is made once, under its lock): the presets' setup results.
+TOOLS = pathlib.Path(os.environ.get("AIRLOCK_TEST_AGENT_TOOLS", "/var/tmp/airlock-test-agents"))
+STATE = None  # this run's, made by the agents fixture
 
 REAL = {
     "anthropic": "sk-ant-api03-REAL-7e1d2c3b4a59687706f1e2d3c4b5a697",
@@ -73,7 +74,7 @@ def model(certs, tmp_path_factory):
     srv.stop()
 
 
-def config(port, ca, cidrs):
+def config(state, port, ca, cidrs):
     presets = []
     for agent, prov in PROVIDER.items():
         presets.append(f"""
@@ -88,7 +89,7 @@ def config(port, ca, cidrs):
       policy:
         rules: [{{host: registry.npmjs.org, methods: [GET, HEAD]}}]
         allow_cidrs: {json.dumps(cidrs)}""")
-    return f"state_dir: {STATE}\npresets:{''.join(presets)}\n"
+    return f"state_dir: {state}\ntools_dir: {TOOLS}\npresets:{''.join(presets)}\n"
 
 
 class Agents:
@@ -106,8 +107,10 @@ def agents(model, certs, tmp_path_factory):
     srv, _ = model
     ca = certs[0]
     conf = tmp_path_factory.mktemp("agents-conf") / "airlock.yaml"
-    conf.write_text(config(srv.port, ca, registry_cidrs()))
-    STATE.mkdir(mode=0o700, exist_ok=True)
+    global STATE
+    STATE = tmp_path_factory.mktemp("agents-state")
+    conf.write_text(config(STATE, srv.port, ca, registry_cidrs()))
+    TOOLS.mkdir(mode=0o700, exist_ok=True)
     d = tmp_path_factory.mktemp("agents-sbx", numbered=True)
     a = Airlock(str(d), f"airlock-test/{os.getpid()}-agents")
     ag = Agents(a, conf)
@@ -118,7 +121,6 @@ def agents(model, certs, tmp_path_factory):
     # Sessions go; the presets' setup results stay for the next run.
     for s in ag("session", "list", "--json").stdout.decode().splitlines():
         ag("session", "rm", json.loads(s)["id"])
-    (STATE / "airlock.db").unlink(missing_ok=True)
     a.sandbox("gc")
 
 
