@@ -45,6 +45,18 @@ presets:
 {script}
           AIRLOCK_EOF
           chmod 755 /opt/airlock/bin/fake-agent
+  fake-short:
+    agent: fake
+    network: {network}
+    limits: {{memory: 512M, turn_time: 2s, output: 4M}}
+    setup:
+      commands:
+        - |
+          mkdir -p /opt/airlock/bin
+          cat > /opt/airlock/bin/fake-agent <<'AIRLOCK_EOF'
+{script}
+          AIRLOCK_EOF
+          chmod 755 /opt/airlock/bin/fake-agent
 {extra_preset}
 """
 
@@ -462,3 +474,25 @@ def test_retention_deletes_idle_sessions_only(ctl):
     assert ctl("session", "show", old).returncode == 125
     assert ctl.show(fresh)[0]["turns"] == 1
     assert s["sandbox"] not in ctl.a.sandbox("list").stdout.decode()
+
+
+def test_timeout_is_124_and_kills_the_agent(ctl):
+    p = ctl("run", "--preset", "fake-short", "--json", "sleep 60", timeout=60)
+    assert p.returncode == 124, (p.stdout, p.stderr)
+    r = ctl.result(p)
+    assert r["state"] == "failed" and "timed out" in r["reason"]
+    wait_for(lambda: not our_processes(), timeout=20, what="the agent to go")
+
+
+def test_events_follow_until_the_turn_ends(ctl):
+    sid = ctl.session_of(ctl.run("recall"))
+    proc = start_turn(ctl, sid, "sleep 2")
+    wait_for(lambda: turn_states(ctl, sid)[-1] == "running", what="the turn to run")
+    p = ctl("events", "--follow", "--json", sid, timeout=60)
+    assert p.returncode == 0
+    got = [e["data"].get("text") for e in ctl.lines(p) if e["kind"] == "text"]
+    # Everything up to the end of the running turn, in order, once each.
+    assert got[-1] == "slept" and got.count("sleeping") == 1
+    seqs = [e["seq"] for e in ctl.lines(p)]
+    assert seqs == sorted(set(seqs))
+    assert proc.wait(timeout=60) == 0
