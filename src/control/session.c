@@ -1358,6 +1358,21 @@ int ctl_turn_run(struct ctl_ctx *c, const char *tenant, const char *session, con
 		    (r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0)
 			goto fail;
 	}
+	/* Cancelled while its sandbox was being made: the agent never starts
+	 * (the cancel could not kill what did not run yet). */
+	struct ctl_turn cur = { 0 };
+	if ((r = ctl_db_turn_get(c->db, tenant, s.id, n, &cur, err)) < 0)
+		goto fail;
+	enum ctl_turn_state cst = cur.state;
+	ctl_turn_clear(&cur);
+	if (cst != CTL_TURN_RUNNING) {
+		struct ctl_session now;
+		struct al_error e2 = { 0 };
+		if (ctl_db_session_get(c->db, tenant, s.id, &now, &e2) == 0)
+			sandbox_discard(c, &now);
+		ctl_turn_clear(&t);
+		return ctl_db_turn_get(c->db, tenant, s.id, n, ret, err);
+	}
 	char first_sid[37];
 	random_uuid(first_sid);
 	struct ctl_outcome oc;
