@@ -774,6 +774,31 @@ out:
 
 /* ---- sessions ---- */
 
+/* A session's grant holds only while its preset's github: list allows it:
+ * the operator may have narrowed the list since the session (or the one it
+ * was forked from) was made. */
+static int grant_check(const struct ctl_preset *p, const struct ctl_session *s,
+		       struct al_error *err)
+{
+	static const char prefix[] = "github:";
+	if (!s->grant[0])
+		return 0;
+	const char *o = s->grant + sizeof(prefix) - 1;
+	const char *slash = strchr(o, '/');
+	char owner[128];
+	if (strncmp(s->grant, prefix, sizeof(prefix) - 1) != 0 || !slash ||
+	    (size_t)(slash - o) >= sizeof(owner))
+		return al_error_set(err, -EINVAL, "session %s has a malformed grant", s->id);
+	memcpy(owner, o, (size_t)(slash - o));
+	owner[slash - o] = '\0';
+	if (!ctl_preset_allows_repo(p, owner, slash + 1))
+		return al_error_set(err, -EPERM,
+				    "session %s is granted %s, which preset %s no longer allows "
+				    "(its github: list)",
+				    s->id, o, p->name);
+	return 0;
+}
+
 /* A sandbox for the session holding checkpoint ckpt in a tree of the
  * session's directory (made here unless tree is given). */
 static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
@@ -854,8 +879,34 @@ static int session_snapshot(struct ctl_ctx *c, const struct ctl_session *s,
 	return 0;
 }
 
+/* What git said last: the tail of file fd (at most 400 bytes, from a line's
+ * start), lines joined by "; ", bytes other than printable ASCII as '?'. */
+static void output_tail(int fd, char *out, size_t size)
+{
+	char buf[400];
+	size_t k = 0;
+	off_t end = lseek(fd, 0, SEEK_END);
+	off_t from = end > (off_t)sizeof(buf) ? end - (off_t)sizeof(buf) : 0;
+	ssize_t n = end > 0 ? pread(fd, buf, (size_t)(end - from), from) : 0;
+	ssize_t i = 0;
+	if (from > 0)
+		while (i < n && buf[i++] != '\n')
+			;
+	while (n > i && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	for (; i < n && k + 3 < size; i++) {
+		if (buf[i] == '\n') {
+			out[k++] = ';';
+			out[k++] = ' ';
+		} else {
+			out[k++] = buf[i] >= 0x20 && buf[i] < 0x7f ? buf[i] : '?';
+		}
+	}
+	out[k] = '\0';
+}
+
 static int clone_repo(struct ctl_ctx *c, const struct ctl_session *s, const char *url,
-		      const struct ctl_observer *obs, int log_fd, struct al_error *err)
+		      const struct ctl_observer *obs, struct al_error *err)
 {
 	/* git's own options cannot be smuggled: the URL was checked, and "--"
 	 * ends the options anyway. No hooks or config come from the URL. */
@@ -865,19 +916,25 @@ static int clone_repo(struct ctl_ctx *c, const struct ctl_session *s, const char
 			       "-c",
 			       "protocol.https.allow=always",
 			       "clone",
+			       "--quiet",
 			       "--no-recurse-submodules",
 			       "--",
 			       url,
 			       "/workspace",
 			       NULL };
 	progress(obs, "cloning %s", url);
+	/* git's messages, for the error: the failed session's directory, its
+	 * audit log included, goes with it. */
+	_cleanup_close_ int out = memfd_create("airlock-clone", MFD_CLOEXEC);
+	if (out < 0)
+		return al_error_set_errno(err, -errno, "memfd_create");
 	struct sbx_result res;
-	int r = run_logged(c, s->sandbox_id, (char *const *)argv, 30 * 60 * 1000, log_fd, &res,
-			   err);
+	int r = run_logged(c, s->sandbox_id, (char *const *)argv, 30 * 60 * 1000, out, &res, err);
 	if (r >= 0 && !result_ok(&res)) {
-		char why[64];
-		r = al_error_set(err, -EIO, "cannot clone %s (%s): see the audit log of session %s",
-				 url, result_text(&res, why, sizeof(why)), s->id);
+		char why[64], said[400];
+		output_tail(out, said, sizeof(said));
+		r = al_error_set(err, -EIO, "cannot clone %s (%s)%s%s", url,
+				 result_text(&res, why, sizeof(why)), said[0] ? ": " : "", said);
 	}
 	return r;
 }
@@ -987,7 +1044,7 @@ int ctl_session_create(struct ctl_ctx *c, const char *tenant, const char *preset
 	if ((r = session_sandbox(c, &s, p, name, "", obs, err)) < 0 ||
 	    (r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0)
 		goto fail;
-	if (github && (r = clone_repo(c, &s, s.source, obs, -1, err)) < 0)
+	if (github && (r = clone_repo(c, &s, s.source, obs, err)) < 0)
 		goto fail;
 	char ckpt[CTL_CKPT_HEX + 1];
 	progress(obs, "checkpoint of the starting point");
@@ -1335,6 +1392,8 @@ int ctl_turn_run(struct ctl_ctx *c, const char *tenant, const char *session, con
 		return al_error_set(err, -ENOENT,
 				    "session %s uses preset %s, which the config no longer has",
 				    s.id, s.preset);
+	if ((r = grant_check(p, &s, err)) < 0)
+		return r;
 	if (!*prompt)
 		return al_error_set(err, -EINVAL, "an empty message");
 	uint32_t n;
@@ -1493,6 +1552,9 @@ int ctl_session_fork(struct ctl_ctx *c, const char *tenant, const char *from,
 		}
 	}
 	if (r < 0)
+		return r;
+	const struct ctl_preset *pp = ctl_conf_preset(c->conf, parent.preset);
+	if (pp && (r = grant_check(pp, &parent, err)) < 0)
 		return r;
 	struct ctl_session s = { 0 };
 	random_hex(s.id, CTL_ID_LEN);

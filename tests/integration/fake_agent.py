@@ -8,12 +8,16 @@ ways real agents do, lie, flood, leak or hang.
   fake-agent -p --session-id SID -- PROMPT     first turn
   fake-agent -p --resume SID -- PROMPT         later turns
 
+`run COMMAND...` runs the rest of the prompt with /bin/sh -c, as an agent's
+shell tool does, and answers with its exit status and output.
+
 Its history lives in $HOME/.fake/SID (one prompt per line): a resumed turn
 answers with what it remembers, a first turn with an id it already knows
 (or a resume of one it does not) fails, as a real agent's would.
 """
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -128,6 +132,16 @@ elif verb == "writetools":
         result("tools: writable")
     except OSError as e:
         result("tools: " + e.strerror)
+elif verb == "run":
+    cmd = prompt.split(None, 1)[1] if len(words) > 1 else "true"
+    out({"type": "assistant", "session_id": sid, "message": {"content": [
+        {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": cmd}}]}})
+    p = subprocess.run(["/bin/sh", "-c", cmd], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    text = p.stdout.decode(errors="replace")
+    out({"type": "user", "session_id": sid, "message": {"content": [
+        {"type": "tool_result", "tool_use_id": "t1", "content": text}]}})
+    result(f"exit {p.returncode}\n{text}")
 elif verb == "env":
     out({"type": "assistant", "session_id": sid, "message": {"content": [
         {"type": "text", "text": json.dumps(dict(os.environ))}]}})

@@ -15,7 +15,8 @@ One TLS server answers for every test name (the routing is by Host header):
   echoed back prefixed with "echo:" (hand-written, RFC 6455);
 * Host github.com, `/OWNER/REPO[.git]/(info/refs|git-upload-pack|...)`: git
   smart HTTP through `git http-backend` (CGI), only with Basic auth
-  `x-access-token:TOKEN`, else 401.
+  `x-access-token:TOKEN`, else 401. The repositories are OWNER/REPO and
+  OWNER/OTHER unless `Upstreams(..., repos=[(owner, name), ...])` names others.
 
 A plain HTTP server serves the same handler, and a "sentinel" listener only
 counts connections (a service on the host's loopback nothing may reach).
@@ -76,19 +77,23 @@ def make_certs(d, names=CERT_NAMES):
     return str(d / "ca.crt"), str(d / "leaf.crt"), str(d / "leaf.key")
 
 
-def make_git_repos(root):
-    """Bare repositories OWNER/REPO.git and OWNER/OTHER.git with one commit each."""
+DEFAULT_REPOS = ((OWNER, REPO), (OWNER, OTHER))
+
+
+def make_git_repos(root, repos=DEFAULT_REPOS):
+    """Bare repositories OWNER/NAME.git (README: "content of OWNER/NAME"), one
+    commit each, for each (OWNER, NAME) of repos."""
     root = pathlib.Path(root)
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@t", HOME=str(root))
-    for name in (REPO, OTHER):
-        work = root / "work" / name
+    for owner, name in repos:
+        work = root / "work" / owner / name
         work.mkdir(parents=True)
-        (work / "README").write_text(f"content of {OWNER}/{name}\n")
+        (work / "README").write_text(f"content of {owner}/{name}\n")
         for cmd in (["init", "-q", "-b", "main"], ["add", "README"],
                     ["commit", "-q", "-m", f"first commit of {name}"]):
             subprocess.run(["git", *cmd], cwd=work, env=env, check=True, capture_output=True)
-        bare = root / OWNER / f"{name}.git"
+        bare = root / owner / f"{name}.git"
         subprocess.run(["git", "clone", "-q", "--bare", str(work), str(bare)], env=env,
                        check=True, capture_output=True)
     return str(root)
@@ -277,7 +282,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self._send(401, b"authentication required\n",
                               [("WWW-Authenticate", 'Basic realm="GitHub"')])
         # GitHub compares owner and repository case-insensitively.
-        match = [r for r in (REPO, OTHER) if owner.lower() == OWNER.lower() and r.lower() == repo.lower()]
+        match = [(o, r) for o, r in srv.repos if owner.lower() == o.lower() and
+                 r.lower() == repo.lower()]
         if not match:
             return self._send(404, b"Repository not found.\n")
         rest = "/".join(segs[2:])
@@ -285,7 +291,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "PATH": "/usr/bin:/bin",
             "GIT_PROJECT_ROOT": srv.git_root,
             "GIT_HTTP_EXPORT_ALL": "1",
-            "PATH_INFO": f"/{OWNER}/{match[0]}.git/{rest}",
+            "PATH_INFO": f"/{match[0][0]}/{match[0][1]}.git/{rest}",
             "REQUEST_METHOD": self.command,
             "QUERY_STRING": query,
             "CONTENT_TYPE": self.headers.get("Content-Type", ""),
@@ -460,12 +466,14 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, name, recorder, ctx=None, git_root=None, git_token=None):
+    def __init__(self, name, recorder, ctx=None, git_root=None, git_token=None,
+                 repos=DEFAULT_REPOS):
         self.name = name
         self.recorder = recorder
         self.ctx = ctx
         self.git_root = git_root
         self.git_token = git_token
+        self.repos = repos
         self.wheel = make_wheel()
         self.tls_errors = []
         super().__init__(("127.0.0.1", 0), Handler)
@@ -534,10 +542,10 @@ class Sentinel:
 class Upstreams:
     """All test upstreams, started once; call close() when done."""
 
-    def __init__(self, tmpdir, git_token):
+    def __init__(self, tmpdir, git_token, repos=DEFAULT_REPOS):
         tmpdir = pathlib.Path(tmpdir)
         self.ca, cert, key = make_certs(tmpdir / "certs")
-        self.git_root = make_git_repos(tmpdir / "git")
+        self.git_root = make_git_repos(tmpdir / "git", repos)
         self.git_token = git_token
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert, key)
@@ -548,8 +556,8 @@ class Upstreams:
             with self.records.lock:
                 self.records.sni.append(name)
         ctx.sni_callback = sni
-        self.tls = Server("tls", self.records, ctx, self.git_root, git_token)
-        self.plain = Server("plain", self.records, None, self.git_root, git_token)
+        self.tls = Server("tls", self.records, ctx, self.git_root, git_token, repos)
+        self.plain = Server("plain", self.records, None, self.git_root, git_token, repos)
         self.sentinel = Sentinel()
         self.tls_port = self.tls.server_address[1]
         self.plain_port = self.plain.server_address[1]
