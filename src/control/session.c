@@ -731,9 +731,9 @@ static int preset_setup(struct ctl_ctx *c, const struct ctl_preset *p,
 		goto out;
 	/* The agent from the npm registry, then the operator's commands. */
 	for (size_t i = 0; r >= 0 && i <= p->n_setup; i++) {
-		const char *argv_npm[6 + 64] = { "npm",	      "install",
-						 "--global",  "--no-audit",
-						 "--no-fund", "--prefix=" CTL_TOOLS_PATH };
+		static const char prefix_opt[] = "--prefix=" CTL_TOOLS_PATH;
+		const char *argv_npm[6 + 64] = { "npm",	       "install",   "--global",
+						 "--no-audit", "--no-fund", prefix_opt };
 		const char *argv_sh[4] = { "/bin/sh", "-ec", NULL, NULL };
 		const char *const *argv;
 		if (i == 0) {

@@ -1166,7 +1166,7 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 	}
 	if (plan->tools_fd >= 0) {
 		/* /opt is one of the image's own overlays: crossed, never a link. */
-		r = attach_at(plan, &mk, plan->tools_fd, SBX_TOOLS_PATH + 1, "the tools directory",
+		r = attach_at(plan, &mk, plan->tools_fd, &SBX_TOOLS_PATH[1], "the tools directory",
 			      true, err);
 		if (r < 0)
 			return r;

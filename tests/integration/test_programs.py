@@ -183,7 +183,8 @@ def test_installed_layout(airlock, tmp_path):
                    check=True, capture_output=True, timeout=120)
     os.chmod(tmp_path, 0o755)
     found = {p.name: p for p in dest.rglob("airlock*") if p.is_file()}
-    assert set(found) == {"airlock", "airlock-gateway", "airlock-checkpoint"}, found
+    assert set(found) == {"airlock", "airlock-gateway", "airlock-checkpoint",
+                          "airlock-control"}, found
     front = found["airlock"]
     # In <libexecdir>/airlock, not beside the binary.
     assert found["airlock-gateway"].parent != front.parent
@@ -196,6 +197,8 @@ def test_installed_layout(airlock, tmp_path):
     assert p.returncode == 0 and b"--listen" in p.stdout, p
     p = airlock("checkpoint", "--help")
     assert p.returncode == 0 and b"checkpoint create" in p.stdout, p
+    p = airlock("session", "--help")
+    assert p.returncode == 0 and b"airlock session" in p.stdout, p
     p = airlock("sandbox", "run", "--allow", "example.test", "--", "/bin/sh", "-c",
                 "echo $HTTPS_PROXY; test -s /etc/airlock/ca.crt && echo ca")
     assert p.returncode == 0, p
