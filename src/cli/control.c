@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -167,6 +168,34 @@ static void on_progress(const char *line, void *ud)
 		fprintf(stderr, "airlock: %s\n", line);
 }
 
+/*
+ * What an agent printed, on a terminal: control characters (ESC above
+ * all: colours, titles, clipboard writes, cursor moves) and C1 controls
+ * shown escaped, never sent; newlines kept where multiline.
+ */
+static void put_safe(FILE *f, const char *s, size_t n, bool multiline)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if ((c == '\n' && multiline) || c == '\t' ||
+		    (c >= 0x20 && c != 0x7f && c != 0xc2)) {
+			fputc(c, f);
+		} else if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
+			   (unsigned char)s[i + 1] <= 0x9f) {
+			fprintf(f, "\\u%04x", (unsigned char)s[++i]);
+		} else if (c == 0xc2) {
+			fputc(c, f);
+		} else {
+			fprintf(f, "\\x%02x", c);
+		}
+	}
+}
+
+static void puts_safe(const char *s, bool multiline)
+{
+	put_safe(stdout, s, strlen(s), multiline);
+}
+
 static const char *jstr(json_t *o, const char *k)
 {
 	const char *s = json_string_value(json_object_get(o, k));
@@ -186,21 +215,29 @@ static void print_event(const struct ctl_event_row *e, bool json)
 	if (!d)
 		return;
 	if (strcmp(e->kind, "text") == 0) {
-		printf("%s\n", jstr(d, "text"));
+		puts_safe(jstr(d, "text"), true);
+		putchar('\n');
 	} else if (strcmp(e->kind, "tool_call") == 0) {
 		json_t *in = json_object_get(d, "input");
 		char *s = in ? json_dumps(in, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-		printf("-> %s %.200s\n", jstr(d, "name"), s ? s : "");
+		fputs("-> ", stdout);
+		puts_safe(jstr(d, "name"), false);
+		putchar(' ');
+		if (s)
+			put_safe(stdout, s, strlen(s) > 200 ? 200 : strlen(s), false);
+		putchar('\n');
 		free(s);
 	} else if (strcmp(e->kind, "tool_result") == 0) {
 		const char *out = jstr(d, "output");
 		const char *nl = strchr(out, '\n');
-		int len = nl ? (int)(nl - out) : (int)strlen(out);
-		printf("<- %s%.*s%s\n",
-		       json_is_true(json_object_get(d, "is_error")) ? "error: " : "",
-		       len > 200 ? 200 : len, out, nl || len > 200 ? " ..." : "");
+		size_t len = nl ? (size_t)(nl - out) : strlen(out);
+		fputs(json_is_true(json_object_get(d, "is_error")) ? "<- error: " : "<- ", stdout);
+		put_safe(stdout, out, len > 200 ? 200 : len, false);
+		puts(nl || len > 200 ? " ..." : "");
 	} else if (strcmp(e->kind, "error") == 0) {
-		printf("error: %s\n", jstr(d, "message"));
+		fputs("error: ", stdout);
+		puts_safe(jstr(d, "message"), false);
+		putchar('\n');
 	}
 	json_decref(d);
 	fflush(stdout);
@@ -254,8 +291,9 @@ static void print_turn(const struct ctl_turn *t, bool json)
 		json_decref(j);
 		return;
 	}
-	printf("turn %u %s%s%s\n", t->n, ctl_turn_state_name(t->state), t->reason[0] ? ": " : "",
-	       t->reason);
+	printf("turn %u %s%s", t->n, ctl_turn_state_name(t->state), t->reason[0] ? ": " : "");
+	puts_safe(t->reason, false);
+	putchar('\n');
 	printf("usage: %" PRIu64 " input tokens, %" PRIu64 " output tokens", u->input_tokens,
 	       u->output_tokens);
 	if (u->cache_read_tokens || u->cache_write_tokens)
@@ -307,7 +345,7 @@ static int do_turn(struct ctl_ctx *c, const struct opts *o, const char *session,
 				lines += b.data[i] == '\n';
 			printf("changed: %zu path%s\n", lines, lines == 1 ? "" : "s");
 			if (b.len)
-				fwrite(b.data, 1, b.len, stdout);
+				put_safe(stdout, b.data, b.len, true);
 		}
 		buf_free(&b);
 	}
@@ -377,8 +415,10 @@ static int turn_fn(const struct ctl_turn *t, void *ud)
 		print_turn(t, true);
 		return 0;
 	}
-	printf("  turn %-3u %-10s %s%s\n", t->n, ctl_turn_state_name(t->state),
-	       t->checkpoint[0] ? "checkpoint " : "", t->checkpoint[0] ? t->checkpoint : t->reason);
+	printf("  turn %-3u %-10s %s", t->n, ctl_turn_state_name(t->state),
+	       t->checkpoint[0] ? "checkpoint " : "");
+	puts_safe(t->checkpoint[0] ? t->checkpoint : t->reason, false);
+	putchar('\n');
 	return 0;
 }
 
@@ -498,8 +538,10 @@ static int cmd_diff(struct opts *o)
 		buf_free(&b);
 		return cli_fail("%s", al_error_message(&err));
 	}
+	/* Paths with control characters come quoted; file contents (with
+	 * --text) may hold anything. */
 	if (b.len)
-		fwrite(b.data, 1, b.len, stdout);
+		put_safe(stdout, b.data, b.len, true);
 	buf_free(&b);
 	return 0;
 }
@@ -552,11 +594,20 @@ static int cmd_vault(struct opts *o)
 	if (mkdir(conf->state_dir, 0700) < 0 && errno != EEXIST)
 		r = al_error_set_errno(&err, -errno, "cannot create %s", conf->state_dir);
 	else if (strcmp(verb, "set") == 0 && o->n_args == 2) {
-		if (isatty(0))
+		/* On a terminal the key is typed (or pasted) unseen. */
+		struct termios saved, quiet;
+		bool tty = isatty(0) && tcgetattr(0, &saved) == 0;
+		if (tty) {
+			quiet = saved;
+			quiet.c_lflag &= ~(tcflag_t)(ECHO | ECHONL);
+			(void)tcsetattr(0, TCSAFLUSH, &quiet);
 			fprintf(stderr, "airlock: the value of %s, then Enter: ", o->args[1]);
+		}
 		r = ctl_vault_set_stdin(conf->vault, o->args[1], &err);
-		if (isatty(0))
+		if (tty) {
+			(void)tcsetattr(0, TCSAFLUSH, &saved);
 			fputc('\n', stderr);
+		}
 	} else if ((strcmp(verb, "rm") == 0 || strcmp(verb, "delete") == 0) && o->n_args == 2) {
 		r = ctl_vault_remove(conf->vault, o->args[1], &err);
 	} else if ((strcmp(verb, "list") == 0 || strcmp(verb, "ls") == 0) && o->n_args == 1) {

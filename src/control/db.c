@@ -1073,6 +1073,28 @@ int ctl_db_session_set_sandbox(struct ctl_db *db, const char *tenant, const char
 	return tx_commit(&tx, err);
 }
 
+int ctl_db_session_clear_sandbox_if(struct ctl_db *db, const char *tenant, const char *id,
+				    const char *sandbox_id, struct al_error *err)
+{
+	int r = check_tenant(tenant, err);
+	if (r < 0 || (r = check_session_id(id, err)) < 0)
+		return r;
+	_cleanup_q_ struct q q = { 0 };
+	r = q_prepare(db, &q,
+		      "UPDATE sessions SET sandbox_id = '', sandbox_checkpoint = '' "
+		      "WHERE tenant = ?1 AND id = ?2 AND sandbox_id = ?3 AND sandbox_id != ''",
+		      "cannot update the session", err);
+	if (r < 0)
+		return r;
+	q_text(&q, 1, tenant);
+	q_text(&q, 2, id);
+	q_text(&q, 3, sandbox_id);
+	int changes = 0;
+	if ((r = q_exec(&q, &changes, err)) < 0)
+		return r;
+	return changes > 0 ? 1 : 0;
+}
+
 int ctl_db_session_set_state(struct ctl_db *db, const char *tenant, const char *id,
 			     enum ctl_session_state state, struct al_error *err)
 {
@@ -1255,6 +1277,13 @@ static int turn_state(struct ctl_db *db, const char *tenant, const char *session
 int ctl_db_turn_queue(struct ctl_db *db, const char *tenant, const char *session,
 		      const char *prompt, uint32_t *ret_n, struct al_error *err)
 {
+	return ctl_db_turn_queue_by(db, tenant, session, prompt, 0, 0, ret_n, err);
+}
+
+int ctl_db_turn_queue_by(struct ctl_db *db, const char *tenant, const char *session,
+			 const char *prompt, int32_t pid, uint64_t start, uint32_t *ret_n,
+			 struct al_error *err)
+{
 	int r = check_tenant(tenant, err);
 	if (r < 0)
 		return r;
@@ -1287,10 +1316,11 @@ int ctl_db_turn_queue(struct ctl_db *db, const char *tenant, const char *session
 	uint32_t n = (uint32_t)last + 1;
 
 	int64_t now = now_ms();
-	r = q_prepare(db, &q,
-		      "INSERT INTO turns (tenant, session, n, state, prompt, queued_at) "
-		      "VALUES (?1, ?2, ?3, 0, ?4, ?5)",
-		      "cannot queue the turn", err);
+	r = q_prepare(
+		db, &q,
+		"INSERT INTO turns (tenant, session, n, state, prompt, queued_at, runner_pid, "
+		"runner_start) VALUES (?1, ?2, ?3, 0, ?4, ?5, ?6, ?7)",
+		"cannot queue the turn", err);
 	if (r < 0)
 		return r;
 	q_text(&q, 1, tenant);
@@ -1298,6 +1328,8 @@ int ctl_db_turn_queue(struct ctl_db *db, const char *tenant, const char *session
 	q_int(&q, 3, n);
 	q_text(&q, 4, prompt);
 	q_int(&q, 5, now);
+	q_int(&q, 6, pid > 0 ? pid : 0);
+	q_u64(&q, 7, pid > 0 ? start : 0);
 	r = q_exec(&q, NULL, err);
 	if (r < 0)
 		return r;
@@ -1323,6 +1355,12 @@ int ctl_db_turn_queue(struct ctl_db *db, const char *tenant, const char *session
 
 int ctl_db_turn_claim(struct ctl_db *db, const char *tenant, const char *session, int32_t pid,
 		      uint64_t start, struct ctl_turn *ret, struct al_error *err)
+{
+	return ctl_db_turn_claim_n(db, tenant, session, 0, pid, start, ret, err);
+}
+
+int ctl_db_turn_claim_n(struct ctl_db *db, const char *tenant, const char *session, uint32_t want,
+			int32_t pid, uint64_t start, struct ctl_turn *ret, struct al_error *err)
 {
 	int r = check_tenant(tenant, err);
 	if (r < 0)
@@ -1368,6 +1406,10 @@ int ctl_db_turn_claim(struct ctl_db *db, const char *tenant, const char *session
 	if (r == 0)
 		return al_error_set(err, -ENOENT, "no turn of session %s is queued", session);
 	uint32_t n = (uint32_t)sqlite3_column_int64(q.st, 0);
+	/* Turns run in the order they were queued: a later one waits. */
+	if (want && n != want)
+		return al_error_set(err, -EBUSY, "turn %" PRIu32 " of session %s is queued first",
+				    n, session);
 
 	int64_t now = now_ms();
 	r = q_prepare(db, &q,
@@ -1545,6 +1587,15 @@ int ctl_db_turn_finish(struct ctl_db *db, const char *tenant, const char *sessio
 int ctl_db_turn_cancel(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
 		       const char *reason, uint32_t *ret_n, struct al_error *err)
 {
+	return ctl_db_turn_cancel_take(db, tenant, session, n, reason, ret_n, NULL, 0, err);
+}
+
+int ctl_db_turn_cancel_take(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
+			    const char *reason, uint32_t *ret_n, char *ret_sandbox,
+			    size_t sandbox_size, struct al_error *err)
+{
+	if (ret_sandbox && sandbox_size)
+		ret_sandbox[0] = '\0';
 	int r = check_tenant(tenant, err);
 	if (r < 0)
 		return r;
@@ -1588,7 +1639,37 @@ int ctl_db_turn_cancel(struct ctl_db *db, const char *tenant, const char *sessio
 					    "running: it %s",
 					    n, session, ctl_turn_state_name(cur));
 	}
+	enum ctl_turn_state was;
+	r = turn_state(db, tenant, session, n, &was, err);
+	if (r < 0)
+		return r;
 	int64_t now = now_ms();
+	if (was == CTL_TURN_RUNNING && ret_sandbox) {
+		/* The running turn's sandbox holds what it did: the session
+		 * forgets it in this transaction, so that no next turn can
+		 * take it for the last checkpoint's; the caller destroys it. */
+		r = q_prepare(db, &q,
+			      "SELECT sandbox_id FROM sessions WHERE tenant = ?1 AND id = ?2",
+			      "cannot read the session", err);
+		if (r < 0)
+			return r;
+		q_text(&q, 1, tenant);
+		q_text(&q, 2, session);
+		if ((r = q_step(&q, err)) < 0)
+			return r;
+		if (r)
+			col_copy(q.st, 0, ret_sandbox, sandbox_size);
+		r = q_prepare(db, &q,
+			      "UPDATE sessions SET sandbox_id = '', sandbox_checkpoint = '' "
+			      "WHERE tenant = ?1 AND id = ?2",
+			      "cannot cancel the turn", err);
+		if (r < 0)
+			return r;
+		q_text(&q, 1, tenant);
+		q_text(&q, 2, session);
+		if ((r = q_exec(&q, NULL, err)) < 0)
+			return r;
+	}
 	/* runner_pid stays: whoever cancels a running turn stops its runner. */
 	r = q_prepare(db, &q,
 		      "UPDATE turns SET state = 4, reason = ?4, ended_at = ?5 "
@@ -1659,6 +1740,7 @@ struct running {
 	char tenant[CTL_TENANT_MAX + 1];
 	char session[CTL_ID_LEN + 1];
 	char sandbox[CTL_SANDBOX_ID_MAX + 1];
+	bool queued; /* a queued turn whose caller died: it never ran */
 	uint32_t n;
 	int32_t pid;
 	uint64_t start;
@@ -1670,18 +1752,21 @@ static int fail_interrupted(struct ctl_db *db, const struct running *t, int64_t 
 	_cleanup_q_ struct q q = { 0 };
 	int r = q_prepare(db, &q,
 			  "UPDATE turns SET state = 3, reason = ?4, ended_at = ?5 "
-			  "WHERE tenant = ?1 AND session = ?2 AND n = ?3 AND state = 1",
+			  "WHERE tenant = ?1 AND session = ?2 AND n = ?3 AND state = ?6",
 			  "cannot fail an interrupted turn", err);
 	if (r < 0)
 		return r;
 	q_text(&q, 1, t->tenant);
 	q_text(&q, 2, t->session);
 	q_int(&q, 3, t->n);
-	q_text(&q, 4, RECOVER_REASON);
+	q_text(&q, 4, t->queued ? "its caller went away before it ran" : RECOVER_REASON);
 	q_int(&q, 5, now);
+	q_int(&q, 6, t->queued ? 0 : 1);
 	r = q_exec(&q, NULL, err);
 	if (r < 0)
 		return r;
+	if (t->queued)
+		return 0;
 	/* The sandbox may hold what the turn did half-way: it is not the
 	 * session's to reuse. */
 	r = q_prepare(db, &q,
@@ -1708,11 +1793,13 @@ int ctl_db_recover(struct ctl_db *db, void (*gone)(const char *sandbox_id, void 
 	_cleanup_free_ struct running *dead = NULL;
 	size_t n_dead = 0, cap = 0;
 	_cleanup_q_ struct q q = { 0 };
-	r = q_prepare(db, &q,
-		      "SELECT t.tenant, t.session, t.n, t.runner_pid, t.runner_start, s.sandbox_id "
-		      "FROM turns t JOIN sessions s ON s.tenant = t.tenant AND s.id = t.session "
-		      "WHERE t.state = 1",
-		      "cannot read the running turns", err);
+	r = q_prepare(
+		db, &q,
+		"SELECT t.tenant, t.session, t.n, t.runner_pid, t.runner_start, s.sandbox_id, "
+		"t.state FROM turns t "
+		"JOIN sessions s ON s.tenant = t.tenant AND s.id = t.session "
+		"WHERE t.state = 1 OR (t.state = 0 AND t.runner_pid > 0)",
+		"cannot read the running turns", err);
 	if (r < 0)
 		return r;
 	while ((r = q_step(&q, err)) > 0) {
@@ -1723,6 +1810,9 @@ int ctl_db_recover(struct ctl_db *db, void (*gone)(const char *sandbox_id, void 
 		t.pid = (int32_t)sqlite3_column_int64(q.st, 3);
 		t.start = (uint64_t)sqlite3_column_int64(q.st, 4);
 		col_copy(q.st, 5, t.sandbox, sizeof(t.sandbox));
+		t.queued = sqlite3_column_int(q.st, 6) == 0;
+		if (t.queued)
+			t.sandbox[0] = '\0';
 		if (runner_alive(t.pid, t.start))
 			continue;
 		if (n_dead == cap) {

@@ -107,6 +107,10 @@ int ctl_db_session_list_idle(struct ctl_db *db, int64_t before,
 int ctl_db_session_set_sandbox(struct ctl_db *db, const char *tenant, const char *id,
 			       const char *sandbox_id, const char *checkpoint,
 			       struct al_error *err);
+/* Forgets the session's sandbox only if it is still sandbox_id: 1 when it
+ * was, 0 when the session names another one (or none). */
+int ctl_db_session_clear_sandbox_if(struct ctl_db *db, const char *tenant, const char *id,
+				    const char *sandbox_id, struct al_error *err);
 int ctl_db_session_set_state(struct ctl_db *db, const char *tenant, const char *id,
 			     enum ctl_session_state state, struct al_error *err);
 /* Deletes the session and everything that belongs to it (turns, events,
@@ -153,6 +157,11 @@ struct ctl_turn {
 void ctl_turn_clear(struct ctl_turn *t);
 
 /* Queues a turn; *ret_n its number. */
+/* The same, naming who waits for it (pid and start time, as a runner):
+ * recovery fails it if that caller dies before it runs. */
+int ctl_db_turn_queue_by(struct ctl_db *db, const char *tenant, const char *session,
+			 const char *prompt, int32_t pid, uint64_t start, uint32_t *ret_n,
+			 struct al_error *err);
 int ctl_db_turn_queue(struct ctl_db *db, const char *tenant, const char *session,
 		      const char *prompt, uint32_t *ret_n, struct al_error *err);
 /*
@@ -162,6 +171,9 @@ int ctl_db_turn_queue(struct ctl_db *db, const char *tenant, const char *session
  */
 int ctl_db_turn_claim(struct ctl_db *db, const char *tenant, const char *session, int32_t pid,
 		      uint64_t start, struct ctl_turn *ret, struct al_error *err);
+/* The same for turn n only (0: any): -EBUSY while an older one is queued. */
+int ctl_db_turn_claim_n(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
+			int32_t pid, uint64_t start, struct ctl_turn *ret, struct al_error *err);
 /*
  * Ends a running turn: state (succeeded or failed), reason, usage; on
  * success also the checkpoint, which becomes the session's last one (its
@@ -179,6 +191,12 @@ int ctl_db_turn_finish(struct ctl_db *db, const char *tenant, const char *sessio
  * queued or running. */
 int ctl_db_turn_cancel(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
 		       const char *reason, uint32_t *ret_n, struct al_error *err);
+/* The same; when the turn cancelled was running, the session forgets its
+ * sandbox in the same transaction and *ret_sandbox (size bytes) gets its
+ * id for the caller to destroy ("" for none). */
+int ctl_db_turn_cancel_take(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
+			    const char *reason, uint32_t *ret_n, char *ret_sandbox, size_t size,
+			    struct al_error *err);
 int ctl_db_turn_get(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
 		    struct ctl_turn *ret, struct al_error *err);
 /* Oldest first. */

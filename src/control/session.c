@@ -104,42 +104,11 @@ static int mkdir_private(const char *path, mode_t mode, struct al_error *err)
 	return 0;
 }
 
-/* Removes a tree without following any link (the trees hold what a
- * sandbox wrote). */
-static int rm_tree_at(int dfd, const char *name)
-{
-	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0) {
-		if (errno == ENOTDIR || errno == ELOOP)
-			return unlinkat(dfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
-		return errno == ENOENT ? 0 : -errno;
-	}
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -errno;
-	}
-	int r = 0;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-			continue;
-		if (de->d_type == DT_DIR || de->d_type == DT_UNKNOWN)
-			r = rm_tree_at(dirfd(d), de->d_name);
-		else if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT)
-			r = -errno;
-		if (r < 0)
-			break;
-	}
-	closedir(d);
-	if (r < 0)
-		return r;
-	return unlinkat(dfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT ? -errno : 0;
-}
-
+/* The trees hold what a sandbox wrote: removed without following a link,
+ * however deep (sbx_rm_rf). */
 static int rm_tree(const char *path)
 {
-	return rm_tree_at(AT_FDCWD, path);
+	return sbx_rm_rf(path);
 }
 
 /* ---- the context ---- */
@@ -209,9 +178,6 @@ int ctl_ctx_open(struct ctl_ctx *c, const char *conf_path, struct al_error *err)
 		return r;
 	if ((r = redactor_new(&c->red)) < 0)
 		return al_error_set(err, r, "out of memory");
-	/* Every vault value is redacted from what the agents print. */
-	if ((r = ctl_vault_each(c->conf->vault, add_secret, c->red, err)) < 0)
-		return r;
 	unsigned n = 0;
 	return ctl_db_recover(c->db, sandbox_gone, c, &n, err);
 }
@@ -515,7 +481,9 @@ static void trees_prune(const char *sdir, const char *keep)
 	while ((de = readdir(d))) {
 		if (strncmp(de->d_name, "tree-", 5) != 0 || (keep && strcmp(de->d_name, keep) == 0))
 			continue;
-		(void)rm_tree_at(dirfd(d), de->d_name);
+		char path[PATH_MAX_CTL];
+		if (fmt_path(path, sizeof(path), "%s/%s", sdir, de->d_name) == 0)
+			(void)rm_tree(path);
 	}
 	closedir(d);
 }
@@ -546,13 +514,21 @@ static bool sandbox_alive(const struct ctl_ctx *c, const char *id)
 	return r >= 0 && f.running;
 }
 
+/*
+ * Destroys the sandbox s names (the caller's own view of the session: a
+ * runner's is the sandbox it ran in) and makes the session forget it —
+ * only if the session still names that one, never a newer sandbox. One
+ * that could not be destroyed stays recorded, to be tried again.
+ */
 static void sandbox_discard(struct ctl_ctx *c, const struct ctl_session *s)
 {
 	if (!s->sandbox_id[0])
 		return;
 	struct al_error e = { 0 };
-	(void)sbx_destroy(&c->set, s->sandbox_id, &e);
-	(void)ctl_db_session_set_sandbox(c->db, s->tenant, s->id, "", "", &e);
+	int r = sbx_destroy(&c->set, s->sandbox_id, &e);
+	if (r < 0 && r != -ENOENT)
+		return;
+	(void)ctl_db_session_clear_sandbox_if(c->db, s->tenant, s->id, s->sandbox_id, &e);
 }
 
 static int vault_has(const struct ctl_ctx *c, const struct ctl_preset *p, struct al_error *err)
@@ -1204,6 +1180,14 @@ static int turn_agent(struct ctl_ctx *c, const struct ctl_session *s, const stru
 {
 	const struct ctl_agent *a = p->agent;
 	bool resume = s->agent_session[0] != '\0';
+	/* Every vault value is redacted from what the agent prints: read only
+	 * by a process that runs a turn, when it does. */
+	if (!c->red_loaded) {
+		int vr = ctl_vault_each(c->conf->vault, add_secret, c->red, err);
+		if (vr < 0)
+			return vr;
+		c->red_loaded = true;
+	}
 	const char *sid = resume ? s->agent_session : first_sid;
 	/* A message is one argument, but the agent's option parser would take
 	 * one that starts with '-' for an option: a space in front keeps it
@@ -1264,8 +1248,16 @@ static int turn_agent(struct ctl_ctx *c, const struct ctl_session *s, const stru
 	outp[1] = safe_close(outp[1]);
 	errp[1] = safe_close(errp[1]);
 	pthread_join(th, NULL);
-	if (r < 0)
+	if (r < 0) {
+		/* The sandbox failed under the agent (lost, killed, destroyed
+		 * by a cancel): a failed turn, not airlock's own error. */
+		oc->succeeded = false;
+		snprintf(oc->reason, sizeof(oc->reason), "the session's sandbox failed: %s",
+			 al_error_message(err));
+		al_error_clear(err);
+		r = 0;
 		goto out;
+	}
 	bool exited = res.outcome == SBX_EXITED;
 	int status = exited ? res.status : res.outcome == SBX_SIGNALED ? res.status : -1;
 	ctl_agentout_finish(io.ao, exited, status, oc);
@@ -1319,7 +1311,14 @@ static int turn_wait_claim(struct ctl_ctx *c, const char *tenant, const char *se
 	uint64_t start = 0;
 	(void)ctl_proc_starttime((int32_t)getpid(), &start);
 	bool said = false;
-	for (;;) {
+	for (unsigned round = 0;; round++) {
+		/* Now and then: turns whose caller or runner died go, so that
+		 * nobody waits behind them forever. */
+		if (round % 5 == 4) {
+			unsigned nr;
+			if (ctl_db_recover(c->db, sandbox_gone, c, &nr, err) < 0)
+				return -EIO;
+		}
 		struct ctl_turn cur = { 0 };
 		int r = ctl_db_turn_get(c->db, tenant, session, n, &cur, err);
 		if (r < 0)
@@ -1328,18 +1327,11 @@ static int turn_wait_claim(struct ctl_ctx *c, const char *tenant, const char *se
 		ctl_turn_clear(&cur);
 		if (ctl_turn_state_terminal(st))
 			return -ECANCELED;
-		r = ctl_db_turn_claim(c->db, tenant, session, (int32_t)getpid(), start, t, err);
-		if (r == 0 && t->n == n)
+		/* Ours only, in queue order. */
+		r = ctl_db_turn_claim_n(c->db, tenant, session, n, (int32_t)getpid(), start, t,
+					err);
+		if (r == 0)
 			return 0;
-		if (r == 0) {
-			/* An older queued turn (its caller died): not ours to run. */
-			struct al_error e2 = { 0 };
-			(void)ctl_db_turn_finish(c->db, tenant, session, t->n, CTL_TURN_FAILED,
-						 "its caller went away before it ran", NULL, NULL,
-						 NULL, &e2);
-			ctl_turn_clear(t);
-			continue;
-		}
 		if (r != -EBUSY)
 			return r;
 		al_error_clear(err);
@@ -1396,8 +1388,13 @@ int ctl_turn_run(struct ctl_ctx *c, const char *tenant, const char *session, con
 		return r;
 	if (!*prompt)
 		return al_error_set(err, -EINVAL, "an empty message");
+	if (s.state == CTL_SESSION_DELETING)
+		return al_error_set(err, -ENOENT, "session %s is being deleted", s.id);
 	uint32_t n;
-	if ((r = ctl_db_turn_queue(c->db, tenant, s.id, prompt, &n, err)) < 0)
+	uint64_t me = 0;
+	(void)ctl_proc_starttime((int32_t)getpid(), &me);
+	if ((r = ctl_db_turn_queue_by(c->db, tenant, s.id, prompt, (int32_t)getpid(), me, &n,
+				      err)) < 0)
 		return r;
 	struct ctl_turn t = { 0 };
 	r = turn_wait_claim(c, tenant, s.id, n, obs, &t, err);
@@ -1425,10 +1422,7 @@ int ctl_turn_run(struct ctl_ctx *c, const char *tenant, const char *session, con
 	enum ctl_turn_state cst = cur.state;
 	ctl_turn_clear(&cur);
 	if (cst != CTL_TURN_RUNNING) {
-		struct ctl_session now;
-		struct al_error e2 = { 0 };
-		if (ctl_db_session_get(c->db, tenant, s.id, &now, &e2) == 0)
-			sandbox_discard(c, &now);
+		sandbox_discard(c, &s);
 		ctl_turn_clear(&t);
 		return ctl_db_turn_get(c->db, tenant, s.id, n, ret, err);
 	}
@@ -1475,11 +1469,9 @@ int ctl_turn_run(struct ctl_ctx *c, const char *tenant, const char *session, con
 		(void)ctl_db_session_set_sandbox(c->db, tenant, s.id, s.sandbox_id, ckpt, &e2);
 	} else {
 		/* A failed or cancelled turn's sandbox holds what was never
-		 * committed: it goes, and the next turn starts afresh. */
-		struct ctl_session now;
-		struct al_error e2 = { 0 };
-		if (ctl_db_session_get(c->db, tenant, s.id, &now, &e2) == 0)
-			sandbox_discard(c, &now);
+		 * committed: it goes (this runner's own, never a newer one),
+		 * and the next turn starts afresh. */
+		sandbox_discard(c, &s);
 	}
 	ctl_turn_clear(&t);
 	if (ret_timed_out)
@@ -1491,9 +1483,7 @@ fail:;
 	struct al_error e3 = { 0 };
 	int fr = ctl_db_turn_finish(c->db, tenant, s.id, n, CTL_TURN_FAILED, al_error_message(err),
 				    NULL, NULL, NULL, &e3);
-	struct ctl_session now;
-	if (ctl_db_session_get(c->db, tenant, s.id, &now, &e3) == 0)
-		sandbox_discard(c, &now);
+	sandbox_discard(c, &s);
 	ctl_turn_clear(&t);
 	/* Cancelled while it ran: the sandbox went under it, which is the
 	 * cancel's doing, not a failure of airlock's. */
@@ -1504,6 +1494,20 @@ fail:;
 	return r;
 }
 
+struct pick {
+	uint32_t running, queued;
+};
+
+static int pick_fn(const struct ctl_turn *t, void *ud)
+{
+	struct pick *p = ud;
+	if (t->state == CTL_TURN_RUNNING)
+		p->running = t->n;
+	else if (t->state == CTL_TURN_QUEUED && !p->queued)
+		p->queued = t->n;
+	return 0;
+}
+
 int ctl_turn_cancel(struct ctl_ctx *c, const char *tenant, const char *session, uint32_t *ret_n,
 		    struct al_error *err)
 {
@@ -1511,14 +1515,32 @@ int ctl_turn_cancel(struct ctl_ctx *c, const char *tenant, const char *session, 
 	int r = ctl_db_session_get(c->db, tenant, session, &s, err);
 	if (r < 0)
 		return r;
-	r = ctl_db_turn_cancel(c->db, tenant, s.id, 0, "cancelled", ret_n, err);
+	/* The running turn; with none, the first queued one. */
+	struct pick p = { 0 };
+	if ((r = ctl_db_turn_list(c->db, tenant, s.id, pick_fn, &p, err)) < 0)
+		return r;
+	uint32_t n = p.running ? p.running : p.queued;
+	if (!n)
+		return al_error_set(err, -ENOENT, "no turn of session %s is queued or running",
+				    s.id);
+	/* A running turn's sandbox is forgotten with the cancel, in one
+	 * transaction: no next turn can take it for the last checkpoint's. The
+	 * agent and everything it started go with it; its runner sees its
+	 * command end and records nothing more. */
+	char sbx[CTL_SANDBOX_ID_MAX + 1];
+	r = ctl_db_turn_cancel_take(c->db, tenant, s.id, n, "cancelled", ret_n, sbx, sizeof(sbx),
+				    err);
 	if (r < 0)
 		return r;
-	/* The agent and everything it started go with the sandbox; the
-	 * runner sees its command end and records nothing more. */
-	if ((r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0)
-		return r;
-	sandbox_discard(c, &s);
+	if (sbx[0]) {
+		struct al_error e2 = { 0 };
+		int dr = sbx_destroy(&c->set, sbx, &e2);
+		if (dr < 0 && dr != -ENOENT)
+			return al_error_set(err, dr,
+					    "turn %u is cancelled, but its sandbox %s could not be "
+					    "destroyed (%s): run `airlock sandbox destroy %s`",
+					    n, sbx, al_error_message(&e2), sbx);
+	}
 	return 0;
 }
 
@@ -1537,7 +1559,8 @@ int ctl_session_fork(struct ctl_ctx *c, const char *tenant, const char *from,
 					    parent.id);
 		r = ctl_db_checkpoint_get(c->db, tenant, parent.last_checkpoint, &ck, err);
 		snprintf(agent_sid, sizeof(agent_sid), "%s", parent.agent_session);
-	} else if (r == -ENOENT) {
+	} else if (r == -ENOENT || (r == -EINVAL && strlen(from) > CTL_ID_LEN)) {
+		/* Not a session's id (or prefix): a checkpoint's. */
 		al_error_clear(err);
 		r = ctl_db_checkpoint_get(c->db, tenant, from, &ck, err);
 		if (r == -ENOENT)
@@ -1592,13 +1615,23 @@ int ctl_session_delete(struct ctl_ctx *c, const char *tenant, const char *sessio
 	int r = ctl_db_session_get(c->db, tenant, session, &s, err);
 	if (r < 0)
 		return r;
+	/* From here the session refuses turns. */
 	if ((r = ctl_db_session_set_state(c->db, tenant, s.id, CTL_SESSION_DELETING, err)) < 0)
 		return r;
 	uint32_t n;
 	struct al_error e2 = { 0 };
-	(void)ctl_db_turn_cancel(c->db, tenant, s.id, 0, "the session was deleted", &n, &e2);
+	while (ctl_db_turn_cancel(c->db, tenant, s.id, 0, "the session was deleted", &n, &e2) == 0)
+		;
 	if (s.sandbox_id[0] && (r = sbx_destroy(&c->set, s.sandbox_id, err)) < 0 && r != -ENOENT)
 		return r;
+	/* The files first: should anything stop the deletion, the session is
+	 * still listed (refusing turns) with its checkpoints, and `rm` again
+	 * finishes the job. */
+	char sdir[PATH_MAX_CTL];
+	if (session_dir(c, tenant, s.id, sdir, sizeof(sdir)) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	if ((r = rm_tree(sdir)) < 0)
+		return al_error_set_errno(err, r, "cannot remove %s", sdir);
 	_cleanup_repo_ struct st_repo *rp = NULL;
 	if ((r = repo_open(c, tenant, &rp, err)) < 0 || (r = st_session_delete(rp, s.id, err)) < 0)
 		return r;
@@ -1607,11 +1640,6 @@ int ctl_session_delete(struct ctl_ctx *c, const char *tenant, const char *sessio
 	struct st_gc_result gr;
 	if ((r = st_gc(rp, &go, &gr, err)) < 0)
 		return r;
-	char sdir[PATH_MAX_CTL];
-	if (session_dir(c, tenant, s.id, sdir, sizeof(sdir)) < 0)
-		return al_error_set(err, -ENAMETOOLONG, "path too long");
-	if ((r = rm_tree(sdir)) < 0)
-		return al_error_set_errno(err, r, "cannot remove %s", sdir);
 	return ctl_db_session_delete(c->db, tenant, s.id, err);
 }
 
@@ -1630,10 +1658,14 @@ static int diff_workspace_only(const struct buf *in, struct buf *out)
 		/* A path's header: "A path", "D path", "M path". */
 		if (len > 2 && (line[0] == 'A' || line[0] == 'D' || line[0] == 'M') &&
 		    line[1] == ' ') {
-			keep = len > 2 + wl && memcmp(line + 2, ws, wl) == 0;
+			/* A quoted path (it holds a control character, the
+			 * store's diff says so) keeps its quotes. */
+			bool quoted = line[2] == '"';
+			size_t at = 2 + (quoted ? 1 : 0);
+			keep = len > at + wl && memcmp(line + at, ws, wl) == 0;
 			if (keep)
-				r = buf_appendf(out, "%c %.*s", line[0], (int)(len - 2 - wl),
-						line + 2 + wl);
+				r = buf_appendf(out, "%c %s%.*s", line[0], quoted ? "\"" : "",
+						(int)(len - at - wl), line + at + wl);
 			continue;
 		}
 		if (!keep)

@@ -37,8 +37,9 @@ struct ctl_ctx {
 	uint32_t gw_uid;
 	uint8_t *key; /* the checkpoint store's HMAC key */
 	size_t keylen;
-	struct redactor *red; /* every vault value */
-	bool trusted;	      /* a local caller: local directories may be sources */
+	struct redactor *red; /* every vault value, once a turn runs */
+	bool red_loaded;
+	bool trusted; /* a local caller: local directories may be sources */
 };
 
 /* Loads the config (path NULL: the default), opens the state, fails

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -113,13 +114,26 @@ static int save(const char *path, const struct entries *e, struct al_error *err)
 			r = buf_append_str(&b, "\"\n");
 	}
 	char tmp[4096];
-	if (r >= 0 && snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+	if (r >= 0 &&
+	    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof(tmp))
 		r = -ENAMETOOLONG;
 	if (r < 0) {
 		explicit_bzero(b.data, b.len);
 		buf_free(&b);
 		return al_error_set_errno(err, r, "cannot write %s", path);
 	}
+	/* What the gateway will read must be what it accepts: a value it
+	 * would refuse (not UTF-8, one that could survive redaction) never
+	 * replaces a vault that works. */
+	struct gw_vault *check = NULL;
+	struct al_error verr = { 0 };
+	if (gw_vault_parse(path, b.data, b.len, &check, &verr) < 0) {
+		explicit_bzero(b.data, b.len);
+		buf_free(&b);
+		return al_error_set(err, -EINVAL, "the vault would not load, nothing changed: %s",
+				    al_error_message(&verr));
+	}
+	gw_vault_free(check);
 	(void)unlink(tmp);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
@@ -136,11 +150,41 @@ static int save(const char *path, const struct entries *e, struct al_error *err)
 	buf_free(&b);
 	if (r >= 0 && rename(tmp, path) < 0)
 		r = -errno;
+	if (r >= 0) {
+		/* The rename itself durable too. */
+		char dir[4096];
+		snprintf(dir, sizeof(dir), "%s", path);
+		char *slash = strrchr(dir, '/');
+		if (slash && slash != dir)
+			*slash = '\0';
+		int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0) {
+			(void)fsync(dfd);
+			close(dfd);
+		}
+	}
 	if (r < 0) {
 		(void)unlink(tmp);
 		return al_error_set_errno(err, r, "cannot write %s", path);
 	}
 	return 0;
+}
+
+/* Writers one at a time: an exclusive lock on PATH.lock, held until the
+ * rename. */
+static int vault_lock(const char *path, struct al_error *err)
+{
+	char lp[4096];
+	if (snprintf(lp, sizeof(lp), "%s.lock", path) >= (int)sizeof(lp))
+		return al_error_set(err, -ENAMETOOLONG, "path too long: %s", path);
+	int fd = open(lp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX) < 0) {
+		int e = -errno;
+		if (fd >= 0)
+			close(fd);
+		return al_error_set_errno(err, e, "cannot lock %s", lp);
+	}
+	return fd;
 }
 
 int ctl_vault_set_stdin(const char *path, const char *name, struct al_error *err)
@@ -187,6 +231,9 @@ int ctl_vault_set_stdin(const char *path, const char *name, struct al_error *err
 	struct entries *e = calloc(1, sizeof(*e));
 	if (r >= 0 && !e)
 		r = al_error_set(err, -ENOMEM, "out of memory");
+	int lock = -1;
+	if (r >= 0 && (lock = vault_lock(path, err)) < 0)
+		r = lock;
 	if (r >= 0)
 		r = load(path, e, err);
 	if (r >= 0) {
@@ -220,6 +267,8 @@ int ctl_vault_set_stdin(const char *path, const char *name, struct al_error *err
 	if (e)
 		entries_wipe(e);
 	free(e);
+	if (lock >= 0)
+		close(lock);
 	return r;
 }
 
@@ -228,7 +277,8 @@ int ctl_vault_remove(const char *path, const char *name, struct al_error *err)
 	struct entries *e = calloc(1, sizeof(*e));
 	if (!e)
 		return al_error_set(err, -ENOMEM, "out of memory");
-	int r = load(path, e, err);
+	int lock = vault_lock(path, err);
+	int r = lock < 0 ? lock : load(path, e, err);
 	if (r >= 0) {
 		size_t i = 0;
 		while (i < e->n && strcmp(e->v[i].name, name) != 0)
@@ -246,6 +296,8 @@ int ctl_vault_remove(const char *path, const char *name, struct al_error *err)
 	}
 	entries_wipe(e);
 	free(e);
+	if (lock >= 0)
+		close(lock);
 	return r;
 }
 

@@ -159,6 +159,11 @@ int sbx_list(const struct sbx_settings *set, int (*fn)(const struct sbx_info *in
 /* Removes what crashed or killed sandboxes left behind; reports the count. */
 int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_error *err);
 
+/* Removes a directory tree a sandbox may have written (its workspace, a
+ * session's tree) as root: no link is followed, and a hostile depth is
+ * flattened rather than exhausting descriptors. 0 when it is gone. */
+int sbx_rm_rf(const char *path);
+
 /* Kernel feature report for `airlock doctor`; returns the number missing. */
 int sbx_doctor(int out_fd);
 

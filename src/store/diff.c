@@ -55,12 +55,48 @@ static int load_file(struct st_repo *r, const struct st_entry *e, struct buf *b,
 	return 0;
 }
 
+/*
+ * A path as diff lines show it: as is, or, when it holds a control
+ * character, a quote or a backslash, in double quotes with C escapes, so
+ * that a name (which a sandbox chose) can never start a line of its own
+ * or send a terminal a control sequence.
+ */
+static const char *qpath(const char *p, char *buf, size_t size)
+{
+	bool plain = true;
+	for (const unsigned char *c = (const unsigned char *)p; *c && plain; c++)
+		plain = *c >= 0x20 && *c != 0x7f && *c != '"' && *c != '\\';
+	if (plain)
+		return p;
+	size_t o = 0;
+	buf[o++] = '"';
+	for (const unsigned char *c = (const unsigned char *)p; *c && o + 6 < size; c++) {
+		if (*c == '\n')
+			o += (size_t)snprintf(buf + o, size - o, "\\n");
+		else if (*c == '\t')
+			o += (size_t)snprintf(buf + o, size - o, "\\t");
+		else if (*c == '"' || *c == '\\')
+			o += (size_t)snprintf(buf + o, size - o, "\\%c", *c);
+		else if (*c < 0x20 || *c == 0x7f)
+			o += (size_t)snprintf(buf + o, size - o, "\\x%02x", *c);
+		else
+			buf[o++] = (char)*c;
+	}
+	buf[o++] = '"';
+	buf[o] = '\0';
+	return buf;
+}
+
+#define QPATH_MAX (4 * ST_PATH_MAX + 3)
+
 static int diff_text(struct st_repo *r, const struct st_entry *a, const struct st_entry *b,
 		     struct buf *out, struct al_error *err)
 {
+	char qa[QPATH_MAX], qb[QPATH_MAX];
 	if (a->size > ST_DIFF_MAX_INPUT || b->size > ST_DIFF_MAX_INPUT)
-		return buf_appendf(out, "Files a/%s and b/%s differ (too large to diff)\n", a->path,
-				   b->path) < 0 ?
+		return buf_appendf(out, "Files a/%s and b/%s differ (too large to diff)\n",
+				   qpath(a->path, qa, sizeof(qa)),
+				   qpath(b->path, qb, sizeof(qb))) < 0 ?
 			       -ENOMEM :
 			       0;
 	struct buf ba = BUF_INIT(ST_DIFF_MAX_INPUT), bb = BUF_INIT(ST_DIFF_MAX_INPUT);
@@ -69,7 +105,7 @@ static int diff_text(struct st_repo *r, const struct st_entry *a, const struct s
 		rc = load_file(r, b, &bb, err);
 	if (rc == 0) {
 		int d = st_textdiff(ba.data ? ba.data : "", ba.len, bb.data ? bb.data : "", bb.len,
-				    b->path, out);
+				    qpath(b->path, qb, sizeof(qb)), out);
 		rc = d < 0 ? al_error_set(err, d, "cannot diff %s", b->path) : 0;
 	}
 	buf_free(&ba);
@@ -89,15 +125,20 @@ int st_diff(struct st_repo *r, const char *a, const char *b, bool with_text, str
 	if (rc == 0)
 		rc = st_manifest_load(r, b, NULL, &mb, err);
 	size_t i = 0, j = 0;
+	char q[QPATH_MAX];
 	while (rc == 0 && (i < ma->n_entries || j < mb->n_entries)) {
 		const struct st_entry *ea = i < ma->n_entries ? &ma->entries[i] : NULL;
 		const struct st_entry *eb = j < mb->n_entries ? &mb->entries[j] : NULL;
 		int c = !ea ? 1 : !eb ? -1 : st_path_cmp(ea->path, eb->path);
 		if (c < 0) {
-			rc = buf_appendf(out, "D %s\n", ea->path) < 0 ? -ENOMEM : 0;
+			rc = buf_appendf(out, "D %s\n", qpath(ea->path, q, sizeof(q))) < 0 ?
+				     -ENOMEM :
+				     0;
 			i++;
 		} else if (c > 0) {
-			rc = buf_appendf(out, "A %s\n", eb->path) < 0 ? -ENOMEM : 0;
+			rc = buf_appendf(out, "A %s\n", qpath(eb->path, q, sizeof(q))) < 0 ?
+				     -ENOMEM :
+				     0;
 			j++;
 		} else {
 			bool changed =
@@ -106,7 +147,9 @@ int st_diff(struct st_repo *r, const char *a, const char *b, bool with_text, str
 				 (ea->size != eb->size || !same_chunks(ea, eb))) ||
 				(ea->type == ST_SYMLINK && strcmp(ea->target, eb->target) != 0);
 			if (changed) {
-				rc = buf_appendf(out, "M %s\n", eb->path) < 0 ? -ENOMEM : 0;
+				rc = buf_appendf(out, "M %s\n", qpath(eb->path, q, sizeof(q))) < 0 ?
+					     -ENOMEM :
+					     0;
 				if (rc == 0 && with_text && ea->type == ST_FILE &&
 				    eb->type == ST_FILE && !same_chunks(ea, eb))
 					rc = diff_text(r, ea, eb, out, err);

@@ -29,7 +29,8 @@ if "--session-id" in args:
 if "--resume" in args:
     sid = args[args.index("--resume") + 1]
     resume = True
-prompt = args[args.index("--") + 1] if "--" in args else ""
+# After "--"; an agent definition without "--" passes it last.
+prompt = args[args.index("--") + 1] if "--" in args else (args[-1] if args else "")
 words = prompt.split()
 verb = words[0] if words else ""
 
@@ -87,6 +88,34 @@ elif verb == "outside":
 elif verb == "checkoutside":
     there = os.path.exists("/var/tmp/airlock-outside")
     result("outside: " + ("present" if there else "absent"))
+elif verb == "outsidesleep":
+    open("/var/tmp/airlock-outside", "w").write("x")
+    out({"type": "assistant", "session_id": sid, "message": {"content": [
+        {"type": "text", "text": "sleeping"}]}})
+    time.sleep(float(words[1]))
+    result("slept")
+elif verb == "badsid":
+    out({"type": "result", "subtype": "success", "is_error": False, "result": "ok",
+         "session_id": "--upload-pack.evil", "usage": {"input_tokens": 1, "output_tokens": 1}})
+elif verb == "escape":
+    result("\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07\x1b[2Jtext")
+elif verb == "deep":
+    d = "/workspace/deep"
+    os.makedirs(d, exist_ok=True)
+    fd = os.open(d, os.O_RDONLY)
+    for i in range(int(words[1])):
+        os.mkdir("d", dir_fd=fd)
+        nfd = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nfd
+    os.close(fd)
+    result("deep")
+elif verb == "links":
+    target = words[1]
+    os.symlink(target, "/workspace/link-to-host")
+    os.symlink(target, os.path.join(os.environ.get("HOME", "/root"), "link-to-host"))
+    open("/workspace/bad\nA forged.txt", "w").write("x")
+    result("links")
 elif verb == "sleep":
     out({"type": "assistant", "session_id": sid, "message": {"content": [
         {"type": "text", "text": "sleeping"}]}})
