@@ -41,6 +41,7 @@ static const char usage[] =
 	"       airlock checkpoint diff A B [--names-only]\n"
 	"       airlock checkpoint ls ID\n"
 	"       airlock checkpoint latest [--session S]\n"
+	"       airlock checkpoint adopt ID --session S   (a fork: S starts from checkpoint ID)\n"
 	"       airlock checkpoint gc [--keep-last K] [--keep-days N] [--max-unused PCT]\n"
 	"                                      [--dry-run]   (PCT: rewrite packs more unused; 10)\n"
 	"       airlock checkpoint export ID -o FILE.tar   (-o -: standard output)\n"
@@ -419,6 +420,25 @@ static int do_latest(struct copts *o)
 	return 0;
 }
 
+/* A fork as sessions make one (st_session_adopt): the session's next
+ * checkpoint follows ID. The operators' and the benchmark's way in. */
+static int do_adopt(struct copts *o)
+{
+	if (o->n_args != 1)
+		return cli_fail("usage: airlock checkpoint adopt ID --session S");
+	struct st_repo *r = NULL;
+	int rc = open_repo(o, false, &r);
+	if (rc)
+		return rc;
+	struct al_error err = { 0 };
+	rc = st_session_adopt(r, o->session, o->args[0], &err);
+	st_repo_close(r);
+	if (rc < 0)
+		return cli_fail("%s", al_error_message(&err));
+	printf("%s\n", o->args[0]);
+	return 0;
+}
+
 /* The message for a caller's path open_no_symlinks refused or could not
  * open. */
 static int path_fail(const char *what, const char *path, int r)
@@ -656,6 +676,8 @@ int cmd_checkpoint(int argc, char **argv)
 		return do_ls(&o);
 	if (strcmp(sub, "latest") == 0)
 		return do_latest(&o);
+	if (strcmp(sub, "adopt") == 0)
+		return do_adopt(&o);
 	if (strcmp(sub, "import") == 0)
 		return do_import(&o);
 	return cli_fail("unknown checkpoint command '%s' (try `airlock checkpoint --help`)", sub);
