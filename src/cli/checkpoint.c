@@ -27,7 +27,9 @@
 #define DEFAULT_KEY "/var/lib/airlock/checkpoint.key"
 
 static const char usage[] =
-	"usage: airlock checkpoint create --workspace DIR [--session S]   prints the checkpoint id\n"
+	"usage: airlock checkpoint create --workspace DIR [--session S] [--full]   prints the id\n"
+	"                                      (--full: the whole tree, not a delta over the\n"
+	"                                      session's latest)\n"
 	"       airlock checkpoint create --upper DIR --lower ID [--userxattr] [--session S]\n"
 	"                                      (an overlayfs upper layer over checkpoint ID;\n"
 	"                                      --userxattr: the mount's option of that name)\n"
@@ -71,13 +73,14 @@ enum {
 	OPT_MAX_DEPTH,
 	OPT_NAMES_ONLY,
 	OPT_OWNER,
+	OPT_FULL,
 	OPT_HELP,
 };
 
 struct copts {
 	const char *store, *tenant, *key, *workspace, *upper, *lower, *session, *to, *owner;
 	struct st_manifest_limits limits;
-	bool names_only, userxattr;
+	bool names_only, userxattr, full;
 	char **args;
 	int n_args;
 };
@@ -99,6 +102,7 @@ static int parse(int argc, char **argv, struct copts *o)
 		{ "max-depth", required_argument, NULL, OPT_MAX_DEPTH },
 		{ "names-only", no_argument, NULL, OPT_NAMES_ONLY },
 		{ "owner", required_argument, NULL, OPT_OWNER },
+		{ "full", no_argument, NULL, OPT_FULL },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -161,6 +165,9 @@ static int parse(int argc, char **argv, struct copts *o)
 			break;
 		case OPT_OWNER:
 			o->owner = optarg;
+			break;
+		case OPT_FULL:
+			o->full = true;
 			break;
 		case OPT_HELP:
 			fputs(usage, stdout);
@@ -227,7 +234,7 @@ static void report(const char *path, const char *what, void *ud)
 static int do_create(struct copts *o)
 {
 	if (o->n_args != 0 || !o->workspace == !o->upper || !o->upper != !o->lower ||
-	    (o->userxattr && !o->upper))
+	    (o->userxattr && !o->upper) || (o->full && o->upper))
 		return cli_fail("usage: airlock checkpoint create (--workspace DIR | --upper DIR "
 				"--lower ID) [--session S]");
 	struct st_repo *r = NULL;
@@ -238,6 +245,7 @@ static int do_create(struct copts *o)
 				       .upper = o->upper,
 				       .lower = o->lower,
 				       .userxattr = o->userxattr,
+				       .full = o->full,
 				       .session = o->session,
 				       .report = report,
 				       .limits = &o->limits };
