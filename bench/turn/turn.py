@@ -368,7 +368,7 @@ def main_run(work):
         for label, sub in fork_trees:
             if sub:
                 res = timed(b.ck("create", "--workspace", os.path.join(tree, sub),
-                                 "--session", "src-" + label.replace(" ", "")))
+                                 "--session", "src-" + label.replace(" ", "").lower()))
                 fork_ids[(b.name, label)] = res[3].strip()
                 meta.setdefault("fork_trees", {})[label] = {"path": sub,
                                                             **tree_stats(os.path.join(tree, sub))}
@@ -381,7 +381,7 @@ def main_run(work):
         bs = builds[(i - 1) % len(builds):] + builds[:(i - 1) % len(builds)]
         for label in labels:
             for b in bs:
-                s = f"fork-{i}-{label.replace(' ', '').replace(',', '-')}"
+                s = f"fork-{i}-{label.replace(' ', '').replace(',', '-').lower()}"
                 res = timed(b.ck("adopt", fork_ids[(b.name, label)], "--session", s))
                 rows.append({"round": i, "phase": "fork " + label, "tool": b.name,
                              "wall_s": round(res[0], 5), "cpu_s": round(res[1], 5),
