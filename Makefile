@@ -59,6 +59,7 @@ bench: build
 	@bench/run.sh $(abspath $(AIRLOCK))
 	@bench/gateway.sh $(abspath $(AIRLOCK))
 	@bench/checkpoint.sh $(abspath $(AIRLOCK))
+	@bench/turn.sh $(abspath $(AIRLOCK))
 	@bench/overhead.sh $(abspath $(AIRLOCK))
 
 clean:

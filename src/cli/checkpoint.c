@@ -27,7 +27,9 @@
 #define DEFAULT_KEY "/var/lib/airlock/checkpoint.key"
 
 static const char usage[] =
-	"usage: airlock checkpoint create --workspace DIR [--session S]   prints the checkpoint id\n"
+	"usage: airlock checkpoint create --workspace DIR [--session S] [--full]   prints the id\n"
+	"                                      (--full: the whole tree, not a delta over the\n"
+	"                                      session's latest)\n"
 	"       airlock checkpoint create --upper DIR --lower ID [--userxattr] [--session S]\n"
 	"                                      (an overlayfs upper layer over checkpoint ID;\n"
 	"                                      --userxattr: the mount's option of that name)\n"
@@ -41,6 +43,7 @@ static const char usage[] =
 	"       airlock checkpoint diff A B [--names-only]\n"
 	"       airlock checkpoint ls ID\n"
 	"       airlock checkpoint latest [--session S]\n"
+	"       airlock checkpoint adopt ID --session S   (a fork: S starts from checkpoint ID)\n"
 	"       airlock checkpoint gc [--keep-last K] [--keep-days N] [--max-unused PCT]\n"
 	"                                      [--dry-run]   (PCT: rewrite packs more unused; 10)\n"
 	"       airlock checkpoint export ID -o FILE.tar   (-o -: standard output)\n"
@@ -70,13 +73,14 @@ enum {
 	OPT_MAX_DEPTH,
 	OPT_NAMES_ONLY,
 	OPT_OWNER,
+	OPT_FULL,
 	OPT_HELP,
 };
 
 struct copts {
 	const char *store, *tenant, *key, *workspace, *upper, *lower, *session, *to, *owner;
 	struct st_manifest_limits limits;
-	bool names_only, userxattr;
+	bool names_only, userxattr, full;
 	char **args;
 	int n_args;
 };
@@ -98,6 +102,7 @@ static int parse(int argc, char **argv, struct copts *o)
 		{ "max-depth", required_argument, NULL, OPT_MAX_DEPTH },
 		{ "names-only", no_argument, NULL, OPT_NAMES_ONLY },
 		{ "owner", required_argument, NULL, OPT_OWNER },
+		{ "full", no_argument, NULL, OPT_FULL },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -160,6 +165,9 @@ static int parse(int argc, char **argv, struct copts *o)
 			break;
 		case OPT_OWNER:
 			o->owner = optarg;
+			break;
+		case OPT_FULL:
+			o->full = true;
 			break;
 		case OPT_HELP:
 			fputs(usage, stdout);
@@ -226,7 +234,7 @@ static void report(const char *path, const char *what, void *ud)
 static int do_create(struct copts *o)
 {
 	if (o->n_args != 0 || !o->workspace == !o->upper || !o->upper != !o->lower ||
-	    (o->userxattr && !o->upper))
+	    (o->userxattr && !o->upper) || (o->full && o->upper))
 		return cli_fail("usage: airlock checkpoint create (--workspace DIR | --upper DIR "
 				"--lower ID) [--session S]");
 	struct st_repo *r = NULL;
@@ -237,6 +245,7 @@ static int do_create(struct copts *o)
 				       .upper = o->upper,
 				       .lower = o->lower,
 				       .userxattr = o->userxattr,
+				       .full = o->full,
 				       .session = o->session,
 				       .report = report,
 				       .limits = &o->limits };
@@ -416,6 +425,25 @@ static int do_latest(struct copts *o)
 	if (!id[0])
 		return cli_fail("session %s has no checkpoint", o->session);
 	printf("%s\n", id);
+	return 0;
+}
+
+/* A fork as sessions make one (st_session_adopt): the session's next
+ * checkpoint follows ID. The operators' and the benchmark's way in. */
+static int do_adopt(struct copts *o)
+{
+	if (o->n_args != 1)
+		return cli_fail("usage: airlock checkpoint adopt ID --session S");
+	struct st_repo *r = NULL;
+	int rc = open_repo(o, false, &r);
+	if (rc)
+		return rc;
+	struct al_error err = { 0 };
+	rc = st_session_adopt(r, o->session, o->args[0], &err);
+	st_repo_close(r);
+	if (rc < 0)
+		return cli_fail("%s", al_error_message(&err));
+	printf("%s\n", o->args[0]);
 	return 0;
 }
 
@@ -656,6 +684,8 @@ int cmd_checkpoint(int argc, char **argv)
 		return do_ls(&o);
 	if (strcmp(sub, "latest") == 0)
 		return do_latest(&o);
+	if (strcmp(sub, "adopt") == 0)
+		return do_adopt(&o);
 	if (strcmp(sub, "import") == 0)
 		return do_import(&o);
 	return cli_fail("unknown checkpoint command '%s' (try `airlock checkpoint --help`)", sub);

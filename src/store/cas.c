@@ -95,6 +95,9 @@ struct st_cas {
 	uint8_t *spare; /* a sealed pack's buffer, kept for the next one */
 	size_t spare_cap;
 	int broken; /* a pack handed over could not be written: every write fails */
+	/* The index objects are not read yet (st_cas_open_lazy): the first
+	 * operation that needs them reads them (st_cas_load). */
+	bool lazy;
 };
 
 struct st_cas_writer {
@@ -376,22 +379,50 @@ static int cas_open(struct st_objstore *os, const char *tenant, int level, bool 
 	    ZSTD_isError(ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_contentSizeFlag, 1)))
 		return al_error_set(err, -EINVAL, "chunk store: zstd refuses level %d", level);
 
-	char prefix[ST_KEY_MAX + 1];
-	int n = snprintf(prefix, sizeof(prefix), "tenants/%s/index/", tenant);
-	struct load_ctx l = { .c = c, .err = err, .prefix_len = (size_t)n };
-	int r = read_index ? st_obj_list(os, prefix, load_one, &l, err) : 0;
+	c->lazy = read_index;
+	int r = st_cas_load(c, err);
 	if (r < 0)
-		return al_error_set(err, r, "chunk store of tenant %s: cannot list %s", tenant,
-				    prefix);
-	c->open_first = c->n_recs;
+		return r;
 	*ret = TAKE_PTR(c);
 	return 0;
+}
+
+int st_cas_load(struct st_cas *c, struct al_error *err)
+{
+	if (!c->lazy)
+		return 0;
+	/* Nothing is stored before the index is read (every put reads it
+	 * first), so the open pack starts after what the index holds. */
+	char prefix[ST_KEY_MAX + 1];
+	int n = snprintf(prefix, sizeof(prefix), "tenants/%s/index/", c->tenant);
+	struct load_ctx l = { .c = c, .err = err, .prefix_len = (size_t)n };
+	int r = st_obj_list(c->os, prefix, load_one, &l, err);
+	if (r < 0)
+		return al_error_set(err, r, "chunk store of tenant %s: cannot list %s", c->tenant,
+				    prefix);
+	c->open_first = c->n_recs;
+	c->lazy = false;
+	return 0;
+}
+
+bool st_cas_loaded(const struct st_cas *c)
+{
+	return !c->lazy;
 }
 
 int st_cas_open(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
 		struct al_error *err)
 {
 	return cas_open(os, tenant, level, true, ret, err);
+}
+
+int st_cas_open_lazy(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
+		     struct al_error *err)
+{
+	int r = cas_open(os, tenant, level, false, ret, err);
+	if (r == 0)
+		(*ret)->lazy = true;
+	return r;
 }
 
 int st_cas_open_empty(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
@@ -576,6 +607,9 @@ static int rec_commit(struct st_cas *c, const struct st_id *id, size_t len, size
 int st_cas_put_id(struct st_cas *c, const struct st_id *id, const void *data, size_t len,
 		  bool *ret_new, struct al_error *err)
 {
+	int lr = st_cas_load(c, err);
+	if (lr < 0)
+		return lr;
 	char hex[ST_ID_HEX + 1];
 	if (c->broken)
 		return broken_error(c, c->broken, err);
@@ -623,6 +657,9 @@ int st_cas_put_id(struct st_cas *c, const struct st_id *id, const void *data, si
 int st_cas_put(struct st_cas *c, const void *data, size_t len, struct st_id *ret_id, bool *ret_new,
 	       struct al_error *err)
 {
+	int lr = st_cas_load(c, err);
+	if (lr < 0)
+		return lr;
 	struct st_id id;
 	st_sha256(data, len, &id);
 	int r = st_cas_put_id(c, &id, data, len, ret_new, err);
@@ -739,6 +776,11 @@ int st_cas_put_shared(struct st_cas_writer *w, const void *data, size_t len, str
 				    ST_CHUNK_MAX);
 	}
 
+	/* The index is read before any writer starts (st_cas_load): reading
+	 * it here would race with the other writers. */
+	if (c->lazy)
+		return al_error_set(err, -EINVAL, "chunk store of tenant %s: index not read",
+				    c->tenant);
 	/* Most chunks of a second copy are known: no compression for them. */
 	pthread_mutex_lock(&c->lock);
 	int r = c->broken;
@@ -889,11 +931,17 @@ static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, struct st_cas_reader *rd,
 int st_cas_get(struct st_cas *c, const struct st_id *id, void **ret, size_t *ret_len,
 	       struct al_error *err)
 {
+	int lr = st_cas_load(c, err);
+	if (lr < 0)
+		return lr;
 	return cas_get(c, c->dctx, NULL, id, ret, ret_len, err);
 }
 
 int st_cas_reader_new(struct st_cas *c, struct st_cas_reader **ret, struct al_error *err)
 {
+	int lr = st_cas_load(c, err);
+	if (lr < 0)
+		return lr;
 	struct st_cas_reader *rd = calloc(1, sizeof(*rd));
 	if (rd) {
 		rd->frame = malloc(REC_HDR + CLEN_MAX);
@@ -934,6 +982,9 @@ int st_cas_each_pack(struct st_cas *c,
 			       void *ud),
 		     void *ud, struct al_error *err)
 {
+	int lr = st_cas_load(c, err);
+	if (lr < 0)
+		return lr;
 	for (size_t i = 0; i < c->n_packs; i++) {
 		const struct cas_pack *p = &c->packs[i];
 		int r = fn(p->hex, c->ids + p->first, p->n, ud);

@@ -43,6 +43,20 @@ struct st_cas;
 int st_cas_open(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
 		struct al_error *err);
 void st_cas_close(struct st_cas *c); /* does not seal: call st_cas_flush first */
+/*
+ * Opens it without reading the index objects: reading them costs what the
+ * whole store holds (every chunk of every pack), which a snapshot that
+ * stores nothing new, a fork or a listing does not need. st_cas_load reads
+ * them; st_cas_put, st_cas_put_id, st_cas_get, st_cas_reader_new and
+ * st_cas_each_pack call it themselves. The lookups that cannot fail
+ * (st_cas_has, st_cas_has_shared, st_cas_owner, st_cas_stored_len,
+ * st_cas_chunk_len) know no chunk until it has run, and st_cas_put_shared
+ * fails: call st_cas_load before starting writers.
+ */
+int st_cas_open_lazy(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,
+		     struct al_error *err);
+int st_cas_load(struct st_cas *c, struct al_error *err); /* once read, does nothing */
+bool st_cas_loaded(const struct st_cas *c);
 /* A chunk store that knows none of the tenant's packs: every chunk put is
  * stored again, in new packs (GC rewrites partly used packs with it). */
 int st_cas_open_empty(struct st_objstore *os, const char *tenant, int level, struct st_cas **ret,

@@ -55,6 +55,15 @@ struct st_snapshot_opts {
 	/* The overlay was mounted with userxattr: its attributes are
 	 * "user.overlay.*", not "trusted.overlay.*". */
 	bool userxattr;
+	/*
+	 * A plain directory whose stat cache describes the session's latest
+	 * checkpoint is stored as a delta over it by default (what differs
+	 * from the cache; docs/checkpoints.md), its unchanged entries left
+	 * out unread. full: the whole tree instead, as a full manifest (the
+	 * previous one read for its unchanged files' chunks), e.g. so that
+	 * retention can drop the checkpoints before it whole.
+	 */
+	bool full;
 	/* Called for every entry left out (devices, fifos, sockets) and every
 	 * mode bit dropped (setuid, setgid, sticky); may be NULL. */
 	void (*report)(const char *path, const char *what, void *ud);

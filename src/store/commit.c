@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "common/cleanup.h"
@@ -24,8 +25,8 @@ static int put_step(struct st_repo *r, struct st_fault *f, const char *key, cons
 
 int st_commit_entries(struct st_repo *r, struct st_fault *f, const char *session,
 		      const char *parent, const struct st_layer_head *lh, struct st_entry *entries,
-		      size_t n, struct timespec now, const struct buf *cache,
-		      char out_id[ST_ID_HEX + 1], struct al_error *err)
+		      size_t n, struct timespec now, struct buf *cache, char out_id[ST_ID_HEX + 1],
+		      struct al_error *err)
 {
 	if (n)
 		qsort(entries, n, sizeof(*entries), st_entry_cmp);
@@ -36,7 +37,7 @@ int st_commit_entries(struct st_repo *r, struct st_fault *f, const char *session
 		snprintf(m.base, sizeof(m.base), "%s", lh->base);
 		m.base_entries = lh->base_entries;
 	}
-	if (lh)
+	if (lh && lh->lower)
 		snprintf(m.lower, sizeof(m.lower), "%s", lh->lower);
 	snprintf(m.tenant, sizeof(m.tenant), "%s", r->tenant);
 	snprintf(m.session, sizeof(m.session), "%s", session);
@@ -55,6 +56,15 @@ int st_commit_entries(struct st_repo *r, struct st_fault *f, const char *session
 		rc = put_step(r, f, key, text, len, err);
 	}
 	if (rc == 0) {
+		/* Before anything names the manifest: a snapshot over it or a
+		 * fork of it reads this instead of the whole manifest. */
+		struct st_head h = { .base_entries = m.base_entries, .entries = n, .bytes = len };
+		memcpy(h.id, out_id, sizeof(h.id));
+		memcpy(h.base, m.base, sizeof(h.base));
+		memcpy(h.lower, m.lower, sizeof(h.lower));
+		rc = st_head_put(r, f, &h, err);
+	}
+	if (rc == 0) {
 		st_repo_key(key, sizeof(key), r, "sessions/%s/log/%020" PRId64 "-%s", session,
 			    st_ts_ns(now), out_id);
 		rc = put_step(r, f, key, "", 0, err);
@@ -71,8 +81,12 @@ int st_commit_entries(struct st_repo *r, struct st_fault *f, const char *session
 		rc = put_step(r, f, key, line, ST_ID_HEX + 1, err);
 	}
 	if (rc == 0 && cache) {
+		/* Sealed to this checkpoint: the next snapshot believes it only
+		 * over this one (statcache.c). */
 		st_repo_key(key, sizeof(key), r, "sessions/%s/statcache", session);
-		rc = put_step(r, f, key, cache->data ? cache->data : "", cache->len, err);
+		rc = st_statcache_seal(r, session, out_id, cache) < 0 ?
+			     al_error_set(err, -ENOMEM, "out of memory") :
+			     put_step(r, f, key, cache->data, cache->len, err);
 	}
 	free(text);
 	return rc;

@@ -70,6 +70,8 @@ struct gc {
 	size_t n_drop, cap_drop;
 	char (*manifests)[ST_ID_HEX + 1]; /* every manifest in the store */
 	size_t n_manifests, cap_manifests;
+	char (*heads)[ST_ID_HEX + 1]; /* every manifest's head (store/internal.h) */
+	size_t n_heads, cap_heads;
 
 	struct idset marks;
 
@@ -207,6 +209,7 @@ static void gc_free(struct gc *g)
 	free(g->keep);
 	free(g->drop);
 	free(g->manifests);
+	free(g->heads);
 	free(g->marks.ids);
 	free(g->marks.used);
 	free(g->dead);
@@ -364,6 +367,16 @@ static int on_manifest_key(const char *key, void *ud)
 	return 0;
 }
 
+static int on_head_key(const char *key, void *ud)
+{
+	struct gc *g = ud;
+	const char *name = key + g->prefix_len;
+	/* A name that is no id names no manifest: left as it is. */
+	if (is_hex_id(name) && push_hex(&g->heads, &g->n_heads, &g->cap_heads, name) < 0)
+		return al_error_set(g->err, -ENOMEM, "gc: out of memory");
+	return 0;
+}
+
 /* The ids a manifest needs kept with it: the base of a delta, and the lower
  * layer of a layered snapshot (a live workspace may still be over it). */
 struct rescue {
@@ -420,6 +433,11 @@ static int mark(struct gc *g)
 	if (rc < 0)
 		return rc;
 	hex_sort(g->manifests, g->n_manifests);
+	n = snprintf(prefix, sizeof(prefix), "tenants/%s/heads/", g->tenant);
+	g->prefix_len = (size_t)n;
+	rc = st_obj_list(g->os, prefix, on_head_key, g, g->err);
+	if (rc < 0)
+		return rc;
 	/* A manifest no log entry and no latest names is dropped too: the
 	 * base of deltas that have gone since, or one a crash left before its
 	 * log entry (snapshots hold the lock shared until their last
@@ -642,6 +660,14 @@ static int sweep(struct gc *g, bool dry_run)
 			return rc;
 	for (size_t i = 0; !dry_run && i < g->n_drop; i++)
 		if ((rc = del_key(g, "manifests", g->drop[i])) < 0)
+			return rc;
+	/* Heads after their manifests (a crash in between leaves a head whose
+	 * manifest is gone, which nothing believes: st_head_check), and heads
+	 * of no manifest that such a crash left. */
+	for (size_t i = 0; !dry_run && i < g->n_heads; i++)
+		if ((hex_has(g->drop, g->n_drop, g->heads[i]) ||
+		     !hex_has(g->manifests, g->n_manifests, g->heads[i])) &&
+		    (rc = del_key(g, "heads", g->heads[i])) < 0)
 			return rc;
 	/* Indexes before their packs. Dead packs and orphans go before any
 	 * pack is rewritten: a rewrite may make a pack of the very bytes (so

@@ -64,6 +64,10 @@ bool st_session_valid(const char *s);
 bool st_id_valid(const char *id);
 int st_session_error(const char *session, struct al_error *err);
 
+/* Reads the chunk index of the repository's chunk store unless read
+ * (st_cas_load): before a lookup or a writer thread. */
+int st_repo_cas_load(struct st_repo *r, struct al_error *err);
+
 /* "tenants/<tenant>/" + the formatted rest, into out. */
 int st_repo_key(char *out, size_t size, const struct st_repo *r, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -88,28 +92,68 @@ static inline int64_t st_ts_ns(struct timespec t)
 /* ---- the stat cache (statcache.c) ---- */
 
 struct st_stat_rec {
-	char *path;
+	char *path; /* in the cache's text */
 	uint64_t ino;
 	int64_t ctime_ns, mtime_ns;
 	uint64_t size;
+	uint32_t mode; /* permission bits */
+	char type;     /* 'd', 'f' or 'l' */
+	char seen;     /* a plain snapshot: the type it has now, 0 when gone */
 };
 
 struct st_statcache {
+	char kind; /* 'p': a plain directory's, every entry; 'l': an upper layer's files */
 	uint64_t dev, root_ino;
 	int64_t start_ns;
-	struct st_stat_rec *recs; /* sorted by path */
+	char id[ST_ID_HEX + 1]; /* the checkpoint it describes */
+	char *text;		/* what the records point into */
+	struct st_stat_rec *recs;
 	size_t n;
+	size_t *slots; /* by path: position + 1 */
+	size_t n_slots;
 };
 
-/* A missing or unreadable cache is no error: it comes back empty. Nor is
- * one of another tree (device and root inode): it is not parsed further. */
+/*
+ * A missing, unreadable, foreign (another tree: device and root inode) or
+ * unauthentic cache is no error: it comes back empty (n 0, id ""). The
+ * caller checks that id is the checkpoint it snapshots over.
+ */
 void st_statcache_load(struct st_repo *r, const char *session, const struct stat *root,
 		       struct st_statcache *sc);
 void st_statcache_free(struct st_statcache *sc);
-const struct st_stat_rec *st_statcache_find(const struct st_statcache *sc, const char *path);
-/* The first line of a new cache, and one line per file. */
-int st_statcache_header(struct buf *b, const struct stat *root, int64_t start_ns);
-int st_statcache_line(struct buf *b, const struct stat *st, const char *path);
+struct st_stat_rec *st_statcache_find(const struct st_statcache *sc, const char *path);
+/* The first line of a new cache (kind 'p' or 'l'), and one line per entry. */
+int st_statcache_header(struct buf *b, char kind, const struct stat *root, int64_t start_ns);
+int st_statcache_line(struct buf *b, char type, const struct stat *st, const char *path);
+/* Its end: the checkpoint it describes, then its HMAC (by the commit). */
+int st_statcache_seal(struct st_repo *r, const char *session, const char *id, struct buf *b);
+
+/* ---- heads (head.c): a manifest's header, authenticated, on its own ---- */
+
+struct st_head {
+	char id[ST_ID_HEX + 1];
+	char base[ST_ID_HEX + 1]; /* "" for a full manifest */
+	uint64_t base_entries;
+	char lower[ST_ID_HEX + 1]; /* "" when none */
+	uint64_t entries;	   /* its "entries" line */
+	uint64_t bytes;		   /* the manifest's length; 0 when not known */
+};
+
+/* Writes the head of a manifest just stored (a write step of the commit). */
+int st_head_put(struct st_repo *r, struct st_fault *f, const struct st_head *h,
+		struct al_error *err);
+/* 1 and *ret: the head of id, authentic and this tenant's; 0: it has none
+ * (a manifest from before heads, or a crash between the two writes);
+ * -EBADMSG: one that is not authentic or names another checkpoint. */
+int st_head_load(struct st_repo *r, const char *id, struct st_head *ret, struct al_error *err);
+/* That the manifest a head names is there and at least as long (its last
+ * byte read): -ENOENT when it is gone. */
+int st_head_check(struct st_repo *r, const struct st_head *h, struct al_error *err);
+/* The header of checkpoint id: its head, checked against the manifest's
+ * presence, or when it has none the manifest's own (read and its HMAC
+ * checked whole). */
+int st_checkpoint_head(struct st_repo *r, const char *id, struct st_head *ret,
+		       struct al_error *err);
 
 /* ---- commits (commit.c) ---- */
 
@@ -127,8 +171,8 @@ struct st_layer_head {
  */
 int st_commit_entries(struct st_repo *r, struct st_fault *f, const char *session,
 		      const char *parent, const struct st_layer_head *lh, struct st_entry *entries,
-		      size_t n, struct timespec now, const struct buf *cache,
-		      char out_id[ST_ID_HEX + 1], struct al_error *err);
+		      size_t n, struct timespec now, struct buf *cache, char out_id[ST_ID_HEX + 1],
+		      struct al_error *err);
 
 /* ---- layered workspaces (layer.c) ---- */
 
@@ -159,5 +203,5 @@ int st_layer_compose(struct st_entry *lops, size_t nl, struct st_entry *up, size
  */
 int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session, const char *parent,
 		    const struct st_layer_head *lh, const struct st_manifest_limits *limits,
-		    struct st_entry **entries, size_t *n, struct timespec now,
-		    const struct buf *cache, char out_id[ST_ID_HEX + 1], struct al_error *err);
+		    struct st_entry **entries, size_t *n, struct timespec now, struct buf *cache,
+		    char out_id[ST_ID_HEX + 1], struct al_error *err);

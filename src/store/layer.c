@@ -119,8 +119,8 @@ static int tree_bytes(const struct st_manifest *b, const struct st_entry *d, siz
 
 int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session, const char *parent,
 		    const struct st_layer_head *lh, const struct st_manifest_limits *limits,
-		    struct st_entry **entries, size_t *n, struct timespec now,
-		    const struct buf *cache, char out_id[ST_ID_HEX + 1], struct al_error *err)
+		    struct st_entry **entries, size_t *n, struct timespec now, struct buf *cache,
+		    char out_id[ST_ID_HEX + 1], struct al_error *err)
 {
 	uint64_t base_n = lh->base_entries;
 	size_t max_entries = limits && limits->max_entries ? limits->max_entries :

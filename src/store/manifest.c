@@ -97,6 +97,17 @@ static int hmac_hex(const uint8_t *key, size_t keylen, const void *data, size_t 
 	return 0;
 }
 
+int st_hmac_hex(const uint8_t *key, size_t keylen, const void *data, size_t len,
+		char out[ST_ID_HEX + 1])
+{
+	return hmac_hex(key, keylen, data, len, out);
+}
+
+bool st_hmac_equal(const char *a, const char *b)
+{
+	return CRYPTO_memcmp(a, b, ST_ID_HEX) == 0;
+}
+
 /* Compares the NUL-terminated path e with the n bytes at p, bytewise. */
 static int cmp_path_n(const char *e, const char *p, size_t n)
 {

@@ -178,6 +178,13 @@ int st_pathset_add(struct st_pathset *s, const char *path);
 bool st_pathset_has_ancestor(const struct st_pathset *s, const char *path);
 void st_pathset_free(struct st_pathset *s); /* accepts NULL */
 
+/* HMAC-SHA256 of data under key, in hex (the manifests' and the other
+ * authenticated objects' MAC); 0 or -errno. */
+int st_hmac_hex(const uint8_t *key, size_t keylen, const void *data, size_t len,
+		char out[ST_ID_HEX + 1]);
+/* Two hex MACs compared in constant time. */
+bool st_hmac_equal(const char *a, const char *b);
+
 /* The checkpoint id of manifest text: SHA-256 hex. */
 void st_manifest_id(const char *text, size_t len, char out[ST_ID_HEX + 1]);
 

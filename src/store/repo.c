@@ -120,7 +120,7 @@ int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_e
 	r->fault_step = o->fault_step > 0 ? o->fault_step : 0;
 	int rc = st_objstore_open_dir(o->store_dir, &r->os, err);
 	if (rc == 0)
-		rc = st_cas_open(r->os, r->tenant, r->level, &r->cas, err);
+		rc = st_cas_open_lazy(r->os, r->tenant, r->level, &r->cas, err);
 	if (rc < 0) {
 		st_repo_close(r);
 		return rc;
@@ -131,7 +131,17 @@ int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_e
 
 struct st_cas *st_repo_cas(struct st_repo *r)
 {
+	/* For importers and exporters, which look chunks up: the index read
+	 * now. Should that fail, their first put or get reads it again and
+	 * reports why. */
+	struct al_error e = { 0 };
+	(void)st_cas_load(r->cas, &e);
 	return r->cas;
+}
+
+int st_repo_cas_load(struct st_repo *r, struct al_error *err)
+{
+	return st_cas_load(r->cas, err);
 }
 
 struct st_objstore *st_repo_objstore(struct st_repo *r)
@@ -153,8 +163,9 @@ int st_repo_lock_writer(struct st_repo *r, int *ret_fd, struct al_error *err)
 	struct st_cas_stats cs;
 	st_cas_stats(r->cas, &cs);
 	if (cs.chunks_new == 0 && cs.packs_written == 0) {
+		/* Read again once needed, under the lock (st_cas_load). */
 		struct st_cas *fresh = NULL;
-		rc = st_cas_open(r->os, r->tenant, r->level, &fresh, err);
+		rc = st_cas_open_lazy(r->os, r->tenant, r->level, &fresh, err);
 		if (rc < 0)
 			return rc;
 		st_cas_close(r->cas);

@@ -82,7 +82,11 @@ struct walk {
 	struct st_snapshot_result *res;
 	const struct st_manifest *prev;
 	struct st_statcache sc;
-	bool sc_valid;
+	bool sc_valid; /* an upper layer's cache, of the previous checkpoint */
+	/* A plain directory whose cache describes the previous checkpoint:
+	 * only what differs from the cache is stored, as a delta over it. */
+	bool delta;
+	size_t walked; /* entries of the tree walked (a plain directory's) */
 	struct st_entry *entries;
 	size_t n, cap;
 	struct buf cache;		  /* the new stat cache */
@@ -98,7 +102,9 @@ struct walk {
 /* Adds e to the tree, unless the tree is full (the entry limit). */
 static int add_entry(struct walk *w, struct st_entry *e, struct al_error *err)
 {
-	if (w->n >= w->limits.max_entries)
+	/* A plain directory's entries are counted as they are walked
+	 * (count_walked): a delta holds fewer than the tree. */
+	if (w->layer && w->n >= w->limits.max_entries)
 		return al_error_set(err, -E2BIG,
 				    "%s: more than %zu entries, the limit (--max-files); nothing "
 				    "was committed",
@@ -316,11 +322,18 @@ static const struct st_pool_ops snapshot_pool = {
 
 /* Queues the batch being filled (its descriptors go with it, even on
  * failure). */
-static int batch_submit(struct walk *w)
+static int batch_submit(struct walk *w, struct al_error *err)
 {
 	if (w->cur.n == 0)
 		return 0;
-	int rc = st_pool_submit(w->pool, &w->cur);
+	/* The workers look chunks up: the index is read before the first
+	 * batch reaches them, by this thread (st_cas_load). */
+	int rc = st_repo_cas_load(w->r, err);
+	if (rc < 0) {
+		job_close(&w->cur, 0);
+		return rc;
+	}
+	rc = st_pool_submit(w->pool, &w->cur);
 	w->cur.n = 0;
 	w->cur.bytes = 0;
 	return rc;
@@ -328,7 +341,7 @@ static int batch_submit(struct walk *w)
 
 /* Adds an open file to the batch (takes fd, even on failure). */
 static int batch_add(struct walk *w, int fd, size_t entry, const char *path, uint64_t size,
-		     bool sparse)
+		     bool sparse, struct al_error *err)
 {
 	w->cur.f[w->cur.n++] = (struct job_file){
 		.fd = fd, .entry = entry, .path = path, .size = size, .sparse = sparse
@@ -336,7 +349,7 @@ static int batch_add(struct walk *w, int fd, size_t entry, const char *path, uin
 	w->cur.bytes += size;
 	if (w->cur.n < JOB_FILES && w->cur.bytes < JOB_BYTES)
 		return 0;
-	return batch_submit(w);
+	return batch_submit(w, err);
 }
 
 /*
@@ -378,7 +391,7 @@ static int workers_start(struct walk *w, unsigned threads, struct al_error *err)
 static int workers_finish(struct walk *w, int rc, struct al_error *err)
 {
 	if (rc == 0 && w->pool)
-		rc = batch_submit(w);
+		rc = batch_submit(w, err);
 	job_close(&w->cur, 0);
 	rc = st_pool_finish(TAKE_PTR(w->pool), rc, err);
 	for (size_t i = 0; i < w->n_workers; i++) {
@@ -425,6 +438,10 @@ static int snap_file(struct walk *w, int dirfd, const char *name, const char *pa
 	    old->mtime_ns == mt && rec->ino == st->st_ino && rec->ctime_ns == ct &&
 	    rec->mtime_ns == mt && rec->size == (uint64_t)st->st_size &&
 	    mt < w->sc.start_ns - RACY_NS && ct < w->sc.start_ns - RACY_NS) {
+		/* Its chunks must still be there: the index is read first. */
+		int lrc = st_repo_cas_load(w->r, err);
+		if (lrc < 0)
+			return lrc;
 		bool all = true;
 		for (size_t i = 0; i < old->n_chunks && all; i++)
 			all = st_cas_has_shared(w->r->cas, &old->chunks[i]);
@@ -449,6 +466,30 @@ static int snap_file(struct walk *w, int dirfd, const char *name, const char *pa
 	w->res->files_read++;
 	*ret_fd = TAKE_FD(fd);
 	return 0;
+}
+
+static int count_walked(struct walk *w, struct al_error *err)
+{
+	if (w->layer || w->walked++ < w->limits.max_entries)
+		return 0;
+	return al_error_set(err, -E2BIG,
+			    "workspace: more than %zu entries, the limit (--max-files); nothing "
+			    "was committed",
+			    w->limits.max_entries);
+}
+
+/* Whether a file or symlink is as the previous snapshot saw it: inode,
+ * ctime, mtime, size and mode as its cache has them, and no change around
+ * that snapshot's start (a change within the same timestamp tick would not
+ * show in the times). */
+static bool stat_unchanged(const struct walk *w, const struct st_stat_rec *rec, char type,
+			   const struct stat *st)
+{
+	int64_t mt = st_ts_ns(st->st_mtim), ct = st_ts_ns(st->st_ctim);
+	return rec && rec->type == type && rec->ino == (uint64_t)st->st_ino &&
+	       rec->ctime_ns == ct && rec->mtime_ns == mt && rec->size == (uint64_t)st->st_size &&
+	       rec->mode == (st->st_mode & 0777) && mt < w->sc.start_ns - RACY_NS &&
+	       ct < w->sc.start_ns - RACY_NS;
 }
 
 /* An "x" entry: path, and what the lower layer has below it, are gone. */
@@ -517,11 +558,33 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		}
 		if ((st.st_mode & 07000) && w->o->report && !S_ISLNK(st.st_mode))
 			w->o->report(path, "setuid, setgid or sticky bit dropped", w->o->ud);
+		/* A plain directory's delta: what is as the cache saw it stays
+		 * out (it is in the previous checkpoint), and the cache learns
+		 * what is still there (the rest was removed). */
+		struct st_stat_rec *rec = w->delta ? st_statcache_find(&w->sc, path) : NULL;
+		bool same = false;
+		if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)) {
+			char type = S_ISDIR(st.st_mode) ? 'd' : S_ISREG(st.st_mode) ? 'f' : 'l';
+			if (rec)
+				rec->seen = type;
+			if (!w->layer && (rc = count_walked(w, err)) < 0)
+				break;
+			if (type == 'd')
+				same = rec && rec->type == 'd' && rec->mode == e.mode &&
+				       rec->mtime_ns == e.mtime_ns;
+			else
+				same = stat_unchanged(w, rec, type, &st);
+			if ((!w->layer || type == 'f') &&
+			    st_statcache_line(&w->cache, type, &st, path) < 0) {
+				rc = al_error_set(err, -ENOMEM, "out of memory");
+				break;
+			}
+		}
 		if (S_ISDIR(st.st_mode)) {
 			e.type = ST_DIR;
 		} else if (S_ISREG(st.st_mode)) {
 			/* Before anything is read: a file's size counts, holes and
-			 * all (docs/checkpoints.md, "Limits"). */
+			 * all (docs/checkpoints.md, "Limits"); unread ones too. */
 			uint64_t size = (uint64_t)st.st_size, max = w->limits.max_bytes;
 			if (max && size > max - w->bytes_seen) {
 				rc = al_error_set(
@@ -533,11 +596,15 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 				break;
 			}
 			w->bytes_seen += size;
-			rc = snap_file(w, dirfd, name, path, &st, &e, &fd, &fst, err);
-			if (rc == 0)
-				rc = st_statcache_line(&w->cache, &st, path) < 0 ?
-					     al_error_set(err, -ENOMEM, "out of memory") :
-					     0;
+			e.type = ST_FILE;
+			if (same) {
+				e.size = size;
+				w->res->files_reused++;
+			} else {
+				rc = snap_file(w, dirfd, name, path, &st, &e, &fd, &fst, err);
+			}
+		} else if (same) {
+			e.type = ST_SYMLINK;
 		} else if (S_ISLNK(st.st_mode)) {
 			e.type = ST_SYMLINK;
 			e.mode = 0777;
@@ -565,7 +632,7 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 				break;
 			continue;
 		}
-		if (rc == 0) {
+		if (rc == 0 && !same) {
 			e.path = strdup(path);
 			rc = e.path ? add_entry(w, &e, err) :
 				      al_error_set(err, -ENOMEM, "out of memory");
@@ -581,7 +648,7 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 			/* Fewer blocks than bytes: it has holes, read by its data. */
 			bool sparse = (uint64_t)fst.st_blocks < (uint64_t)fst.st_size / 512;
 			rc = batch_add(w, TAKE_FD(fd), w->n - 1, e.path, (uint64_t)fst.st_size,
-				       sparse);
+				       sparse, err);
 			if (rc < 0)
 				break;
 		}
@@ -616,6 +683,63 @@ static int walk_dir(struct walk *w, int dirfd, const char *rel, unsigned depth,
 		rc = al_error_set_errno(err, -errno, "cannot list %s", rel[0] ? rel : ".");
 	closedir(d);
 	return rc;
+}
+
+/* A plain directory's delta: an "x" entry for each entry of the cache the
+ * walk no longer found, unless what holds it is gone too (its own "x"
+ * removes it) or is no directory now (replaced, subtree and all). */
+static int add_removed(struct walk *w, struct al_error *err)
+{
+	for (size_t i = 0; i < w->sc.n; i++) {
+		struct st_stat_rec *rec = &w->sc.recs[i];
+		if (rec->seen)
+			continue;
+		char *slash = strrchr(rec->path, '/');
+		if (slash) {
+			*slash = '\0';
+			const struct st_stat_rec *up = st_statcache_find(&w->sc, rec->path);
+			*slash = '/';
+			if (!up || up->seen != 'd')
+				continue;
+		}
+		int rc = add_whiteout(w, rec->path, err);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/*
+ * Commits a plain directory's changes over the previous checkpoint parent:
+ * a delta over it when it is a full manifest, or over its base, composed
+ * with its changes (prev, as stored), when it is a delta. st_layer_commit
+ * stores the whole tree instead once the delta has grown large. The walk
+ * held the byte limit over the whole tree already.
+ */
+static int commit_delta(struct st_repo *r, struct st_fault *f, const char *session,
+			const char *parent, const struct st_head *ph, struct st_manifest *prev,
+			struct walk *w, struct timespec now, char out_id[ST_ID_HEX + 1],
+			struct al_error *err)
+{
+	if (w->n)
+		qsort(w->entries, w->n, sizeof(*w->entries), st_entry_cmp);
+	if (prev) {
+		struct st_entry *d = NULL;
+		size_t nd = 0;
+		if (st_layer_compose(prev->entries, prev->n_entries, w->entries, w->n, &d, &nd) < 0)
+			return al_error_set(err, -ENOMEM, "out of memory");
+		st_entries_free(w->entries, w->n);
+		w->entries = d;
+		w->n = nd;
+	}
+	const struct st_layer_head lh = {
+		.base = prev ? ph->base : parent,
+		.base_entries = prev ? ph->base_entries : ph->entries,
+	};
+	struct st_manifest_limits lim = w->limits;
+	lim.max_bytes = 0;
+	return st_layer_commit(r, f, session, parent, &lh, &lim, &w->entries, &w->n, now, &w->cache,
+			       out_id, err);
 }
 
 int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_snapshot_result *ret,
@@ -668,27 +792,39 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_s
 	struct st_manifest *prev = NULL, *lower = NULL;
 	char parent[ST_ID_HEX + 1];
 	int rc = st_session_latest(r, o->session, parent, err);
-	/* The previous checkpoint only matters when the stat cache describes
-	 * this tree (the same root): files are then taken from it unread. A
-	 * layered snapshot reads it as stored: the files it reuses are among
-	 * its changes (or it is the base). */
+	/*
+	 * The stat cache, when it describes this tree (the same root) as the
+	 * previous checkpoint has it (sealed to that id). An upper layer's
+	 * files are then taken from that checkpoint as stored (its changes)
+	 * unread. A plain directory's unchanged entries are left out
+	 * altogether: what differs goes into a delta over the previous
+	 * checkpoint (composed with its own changes when it is a delta), so
+	 * that neither manifest is read whole, nor a new one written whole.
+	 */
 	st_statcache_load(r, o->session, &rst, &w.sc);
-	w.sc_valid = w.sc.n && w.sc.dev == (uint64_t)rst.st_dev &&
-		     w.sc.root_ino == (uint64_t)rst.st_ino;
-	if (rc == 0 && parent[0] && w.sc_valid)
-		rc = layer ? st_manifest_load_raw(r, parent, NULL, &prev, err) :
-			     st_manifest_load(r, parent, NULL, &prev, err);
-	w.sc_valid = w.sc_valid && prev;
+	bool sc_ok = rc == 0 && parent[0] && w.sc.id[0] && strcmp(w.sc.id, parent) == 0 &&
+		     w.sc.kind == (layer ? 'l' : 'p');
+	struct st_head phead = { 0 };
+	if (sc_ok && layer) {
+		rc = st_manifest_load_raw(r, parent, NULL, &prev, err);
+		w.sc_valid = rc == 0;
+	} else if (sc_ok && o->full) {
+		/* The whole tree as before: unchanged files' chunks from it. */
+		rc = st_manifest_load(r, parent, NULL, &prev, err);
+		w.sc_valid = rc == 0;
+	} else if (sc_ok) {
+		rc = st_checkpoint_head(r, parent, &phead, err);
+		if (rc == 0 && phead.base[0])
+			rc = st_manifest_load_raw(r, parent, NULL, &prev, err);
+		w.delta = rc == 0;
+	}
+	struct st_head lhead = { 0 };
 	if (rc == 0 && layer) {
-		/* A full lower checkpoint is only named (as the base): its
-		 * entries are not needed. */
-		static const struct st_manifest_limits head = { .header_only = true };
-		rc = st_manifest_load_raw(r, o->lower, &head, &lower, err);
-		if (rc == 0 && lower->base[0]) {
-			st_manifest_free(lower);
-			lower = NULL;
+		/* A full lower checkpoint is only named (as the base): its head
+		 * says so, not its entries. A delta's changes are read. */
+		rc = st_checkpoint_head(r, o->lower, &lhead, err);
+		if (rc == 0 && lhead.base[0])
 			rc = st_manifest_load_raw(r, o->lower, NULL, &lower, err);
-		}
 	}
 	if (rc < 0) {
 		st_manifest_free(prev);
@@ -696,12 +832,14 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_s
 		buf_free(&w.cache);
 		return rc;
 	}
-	w.prev = prev;
+	w.prev = layer || o->full ? prev : NULL;
 	rc = workers_start(&w, threads, err);
-	if (rc == 0 && st_statcache_header(&w.cache, &rst, st_ts_ns(now)) < 0)
+	if (rc == 0 && st_statcache_header(&w.cache, layer ? 'l' : 'p', &rst, st_ts_ns(now)) < 0)
 		rc = al_error_set(err, -ENOMEM, "out of memory");
 	if (rc == 0)
 		rc = walk_dir(&w, root, "", 1, err);
+	if (rc == 0 && w.delta)
+		rc = add_removed(&w, err);
 	/* Every thread is gone before anything is committed. */
 	rc = workers_finish(&w, rc, err);
 	/* Files that grew while being read may have taken the total past the
@@ -719,7 +857,7 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_s
 		 * base; a delta's changes come first, over its own base. */
 		if (w.n)
 			qsort(w.entries, w.n, sizeof(*w.entries), st_entry_cmp);
-		bool full = !lower->base[0];
+		bool full = !lhead.base[0];
 		struct st_entry *d = NULL;
 		size_t nd = 0;
 		rc = st_layer_compose(full ? NULL : lower->entries, full ? 0 : lower->n_entries,
@@ -731,13 +869,16 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_s
 			w.entries = d;
 			w.n = nd;
 			const struct st_layer_head lh = {
-				.base = full ? o->lower : lower->base,
-				.base_entries = full ? lower->declared : lower->base_entries,
+				.base = full ? o->lower : lhead.base,
+				.base_entries = full ? lhead.entries : lhead.base_entries,
 				.lower = o->lower,
 			};
 			rc = st_layer_commit(r, &fault, o->session, parent, &lh, &w.limits,
 					     &w.entries, &w.n, now, &w.cache, ret->id, err);
 		}
+	} else if (rc == 0 && w.delta) {
+		rc = commit_delta(r, &fault, o->session, parent, &phead, prev, &w, now, ret->id,
+				  err);
 	} else if (rc == 0) {
 		rc = st_commit_entries(r, &fault, o->session, parent, NULL, w.entries, w.n, now,
 				       &w.cache, ret->id, err);

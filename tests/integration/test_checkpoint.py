@@ -43,8 +43,9 @@ class Store:
             raise AssertionError(f"checkpoint {args} exited {p.returncode}: {p.stderr!r}")
         return p
 
-    def create(self, ws, session="default", **kw):
-        p = self("create", "--workspace", str(ws), "--session", session, check=True, **kw)
+    def create(self, ws, session="default", full=False, **kw):
+        more = ["--full"] if full else []
+        p = self("create", "--workspace", str(ws), "--session", session, *more, check=True, **kw)
         cid = p.stdout.decode().strip()
         assert re.fullmatch(r"[0-9a-f]{64}", cid), p
         return cid, p.stderr.decode()

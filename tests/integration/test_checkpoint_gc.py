@@ -69,11 +69,13 @@ def restore_fails(store, tmp_path, cid, tag):
 
 
 def series(store, ws, n, session="default"):
-    """n checkpoints of ws, each with a changed file: [(id, tree)]."""
+    """n checkpoints of ws, each with a changed file: [(id, tree)]. Each is
+    a full manifest (a delta would keep the checkpoint before it as its
+    base: test_retention_keeps_the_base_of_plain_deltas)."""
     out = []
     for i in range(n):
         (ws / "changing").write_bytes(secrets.token_bytes(100_000))
-        cid, _ = store.create(ws, session=session)
+        cid, _ = store.create(ws, session=session, full=True)
         out.append((cid, tree(ws)))
     return out
 
@@ -136,7 +138,7 @@ def test_shared_chunk_survives(store, tmp_path):
     (ws / "own").write_bytes(secrets.token_bytes(100_000))
     old, _ = store.create(ws)
     (ws / "own").write_bytes(secrets.token_bytes(100_000))
-    new, _ = store.create(ws)
+    new, _ = store.create(ws, full=True)
     want = tree(ws)
     # The old checkpoint's pack holds the shared chunks; with a fifth of it
     # unused, it is kept as it is under --max-unused 30 ...
@@ -170,7 +172,7 @@ def test_unreferenced_pack_removed_and_bytes_counted(store, tmp_path):
     size = sum(os.path.getsize(tenant_dir(store) / k / packs[0]) for k in ("packs", "index"))
     (ws / "big").unlink()
     (ws / "small").write_bytes(b"small\n")
-    new, _ = store.create(ws)
+    new, _ = store.create(ws, full=True)
     want = tree(ws)
     r = gc(store, "--keep-last", "1")
     assert (r["cdel"], r["pdel"], r["bytes"]) == (1, 1, size), r
@@ -315,7 +317,7 @@ def test_gc_killed_while_rewriting_a_pack(store, tmp_path, killed):
     (ws / "changing").write_bytes(secrets.token_bytes(300_000))
     store.create(ws)
     (ws / "changing").write_bytes(secrets.token_bytes(300_000))
-    kept, _ = store.create(ws)
+    kept, _ = store.create(ws, full=True)
     want = tree(ws)
     # What GC writes, learnt on a copy of the store.
     copy = Store(tmp_path / "copy")
@@ -337,3 +339,31 @@ def test_gc_killed_while_rewriting_a_pack(store, tmp_path, killed):
     assert (r["pdel"], r["porphan"], r["prep"], r["ppart"]) == (0, 0, 0, 0), r
     restores(store, tmp_path, kept, want, "again")
     assert sorted(names(store, "packs")) == sorted(names(store, "index"))
+
+
+def test_retention_keeps_the_base_of_plain_deltas(store, tmp_path):
+    """A plain directory's next checkpoints are deltas over the first (the
+    stat cache says what changed): retention drops their log entries, but
+    the base stays as long as a delta that stays needs it, whole; a full
+    checkpoint (--full) lets it go."""
+    ws = tmp_path / "ws"
+    make_workspace(ws)
+    time.sleep(1.1)  # past the racy second: the next ones read only what changed
+    first, _ = store.create(ws)
+    cps = []
+    for i in range(3):
+        (ws / "changing").write_bytes(secrets.token_bytes(100_000))
+        cid, err = store.create(ws)
+        assert "(1 read," in err, err
+        assert b"\nbase " + first.encode() in store.manifest(cid)
+        cps.append((cid, tree(ws)))
+    r = gc(store, "--keep-last", "1")
+    assert (r["cdel"], r["ckept"]) == (3, 1), r
+    assert store.manifest_path(first).exists()
+    for cid, _ in cps[:2]:
+        restore_fails(store, tmp_path, cid, cid[:8])
+    restores(store, tmp_path, cps[2][0], cps[2][1], "latest")
+    store.create(ws, full=True)
+    gc(store, "--keep-last", "1")
+    assert not store.manifest_path(first).exists()
+    assert not (tenant_dir(store) / "heads" / first).exists()

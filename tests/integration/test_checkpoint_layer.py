@@ -310,7 +310,7 @@ def test_gc_keeps_the_base_of_a_delta_that_stays(store, layers, tmp_path):
     # The base's session moves on; retention drops its first checkpoint.
     (ws / "plain.txt").write_bytes(b"base moved on\n")
     os.remove(ws / "bin.dat")
-    store.create(ws, session="base")
+    store.create(ws, session="base", full=True)
     p = store("gc", "--keep-last", "1", check=True)
     assert b"error" not in p.stderr
     assert store.manifest_path(base).exists()
