@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * The deployment config: the operator's YAML file (default
- * /etc/airlock/airlock.yaml; docs/control.md), or a built-in default when
+ * /etc/airlock/airlock.yaml; docs/sessions.md), or a built-in default when
  * there is none. It names where state lives, the agents (airlock ships
  * definitions for Claude Code, Gemini CLI, Codex, opencode and pi; the
  * file may override or add), and the presets callers choose by name:
