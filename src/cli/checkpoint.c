@@ -181,17 +181,6 @@ static int parse(int argc, char **argv, struct copts *o)
 	return 0;
 }
 
-/* AIRLOCK_FAULT_STEP=N: the crash tests' kill point (st_repo_opts.fault_step);
- * anything but a count from 1 to 999999 is ignored. */
-static int fault_step(void)
-{
-	const char *s = getenv("AIRLOCK_FAULT_STEP");
-	uint64_t v;
-	if (!s || !*s || parse_u64(s, &v) < 0 || v == 0 || v >= 1000000)
-		return 0;
-	return (int)v;
-}
-
 static int open_repo(const struct copts *o, bool create_key, struct st_repo **ret)
 {
 	struct al_error err = { 0 };
@@ -204,7 +193,7 @@ static int open_repo(const struct copts *o, bool create_key, struct st_repo **re
 				   .tenant = o->tenant,
 				   .key = key,
 				   .keylen = keylen,
-				   .fault_step = fault_step() };
+				   .fault_step = st_fault_step_from_env() };
 	r = st_repo_open(&ro, ret, &err);
 	explicit_bzero(key, keylen);
 	free(key);

@@ -194,18 +194,6 @@ void ctl_ctx_close(struct ctl_ctx *c)
 	memset(c, 0, sizeof(*c));
 }
 
-/* AIRLOCK_FAULT_STEP=N: the crash tests' kill point in a checkpoint's
- * writes (st_repo_opts.fault_step), as `airlock checkpoint` takes it;
- * anything but a count from 1 to 999999 is ignored. */
-static int fault_step(void)
-{
-	const char *s = getenv("AIRLOCK_FAULT_STEP");
-	uint64_t v;
-	if (!s || !*s || parse_u64(s, &v) < 0 || v == 0 || v >= 1000000)
-		return 0;
-	return (int)v;
-}
-
 static int repo_open(struct ctl_ctx *c, const char *tenant, struct st_repo **ret,
 		     struct al_error *err)
 {
@@ -213,7 +201,7 @@ static int repo_open(struct ctl_ctx *c, const char *tenant, struct st_repo **ret
 				  .tenant = tenant,
 				  .key = c->key,
 				  .keylen = c->keylen,
-				  .fault_step = fault_step() };
+				  .fault_step = st_fault_step_from_env() };
 	return st_repo_open(&o, ret, err);
 }
 

@@ -33,6 +33,10 @@ struct st_repo_opts {
 };
 
 int st_repo_open(const struct st_repo_opts *o, struct st_repo **ret, struct al_error *err);
+/* AIRLOCK_FAULT_STEP=N from the environment, for st_repo_opts.fault_step:
+ * the crash tests' kill point, as every command that writes checkpoints
+ * takes it; anything but a count from 1 to 999999 is 0 (never). */
+int st_fault_step_from_env(void);
 void st_repo_close(struct st_repo *r);
 
 /* Reads a key file (32..1024 bytes, owner-only), creating one with 32

@@ -243,6 +243,15 @@ int st_key_load(const char *path, bool create, uint8_t **ret, size_t *ret_len, s
 	return 0;
 }
 
+int st_fault_step_from_env(void)
+{
+	const char *s = getenv("AIRLOCK_FAULT_STEP");
+	uint64_t v;
+	if (!s || !*s || parse_u64(s, &v) < 0 || v == 0 || v >= 1000000)
+		return 0;
+	return (int)v;
+}
+
 int st_repo_key(char *out, size_t size, const struct st_repo *r, const char *fmt, ...)
 {
 	int n = snprintf(out, size, "tenants/%s/", r->tenant);

@@ -20,57 +20,11 @@ FAKE = (pathlib.Path(__file__).parent / "fake_agent.py").read_text()
 
 
 def config_text(state, extra_preset="", network="none"):
+    """Two stand-in agents (with and without "--" before the message) and
+    their presets, each setup installing fake_agent.py; extra_preset: more
+    keys for the preset `fake`."""
     script = textwrap.indent(FAKE, " " * 10)
-    return f"""
-state_dir: {state}
-agents:
-  fake:
-    title: Fake agent
-    parser: claude
-    session: choose
-    first: [fake-agent, -p, --session-id, "{{session}}", --, "{{prompt}}"]
-    resume: [fake-agent, -p, --resume, "{{session}}", --, "{{prompt}}"]
-    model_hosts:
-      - {{host: api.anthropic.com, secret: anthropic, header: x-api-key}}
-  fake-nodash:
-    parser: claude
-    session: choose
-    first: [fake-agent, -p, --session-id, "{{session}}", "{{prompt}}"]
-    resume: [fake-agent, -p, --resume, "{{session}}", "{{prompt}}"]
-    model_hosts:
-      - {{host: api.anthropic.com, secret: anthropic, header: x-api-key}}
-presets:
-  fake:
-    agent: fake
-    network: {network}
-    limits: {{memory: 512M, turn_time: 60s, output: 4M}}
-    setup:
-      commands:
-        - |
-          mkdir -p /opt/airlock/bin
-          cat > /opt/airlock/bin/fake-agent <<'AIRLOCK_EOF'
-{script}
-          AIRLOCK_EOF
-          chmod 755 /opt/airlock/bin/fake-agent
-{extra_preset}
-  fake-nodash:
-    agent: fake-nodash
-    network: {network}
-    limits: {{memory: 512M, turn_time: 60s}}
-    github: [a/*]
-    setup:
-      commands:
-        - |
-          mkdir -p /opt/airlock/bin
-          cat > /opt/airlock/bin/fake-agent <<'AIRLOCK_EOF'
-{script}
-          AIRLOCK_EOF
-          chmod 755 /opt/airlock/bin/fake-agent
-  fake-short:
-    agent: fake
-    network: {network}
-    limits: {{memory: 512M, turn_time: 2s, output: 4M}}
-    setup:
+    setup = f"""    setup:
       commands:
         - |
           mkdir -p /opt/airlock/bin
@@ -79,6 +33,29 @@ presets:
           AIRLOCK_EOF
           chmod 755 /opt/airlock/bin/fake-agent
 """
+    agents = ""
+    for name, dashes in (("fake", "--, "), ("fake-nodash", "")):
+        agents += f"""  {name}:
+    title: Fake agent
+    parser: claude
+    session: choose
+    first: [fake-agent, -p, --session-id, "{{session}}", {dashes}"{{prompt}}"]
+    resume: [fake-agent, -p, --resume, "{{session}}", {dashes}"{{prompt}}"]
+    model_hosts:
+      - {{host: api.anthropic.com, secret: anthropic, header: x-api-key}}
+"""
+    presets = ""
+    for name, agent, limits, extra in (
+            ("fake", "fake", "turn_time: 60s, output: 4M", extra_preset),
+            ("fake-nodash", "fake-nodash", "turn_time: 60s", "    github: [a/*]\n"),
+            ("fake-short", "fake", "turn_time: 2s, output: 4M", "")):
+        presets += f"""  {name}:
+    agent: {agent}
+    network: {network}
+    limits: {{memory: 512M, {limits}}}
+{setup}{extra}
+"""
+    return f"state_dir: {state}\nagents:\n{agents}presets:\n{presets}"
 
 
 class Ctl:
