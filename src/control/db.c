@@ -521,6 +521,74 @@ static bool runner_alive(int32_t pid, uint64_t start)
 	return now == start;
 }
 
+static int ended_runner_alive(struct ctl_db *db, const char *tenant, const char *session,
+			      uint32_t except, uint32_t *ret_n, struct al_error *err)
+{
+	*ret_n = 0;
+	_cleanup_q_ struct q q = { 0 };
+	int r = q_prepare(db, &q,
+			  "SELECT n, runner_pid, runner_start FROM turns WHERE tenant = ?1 AND "
+			  "session = ?2 AND state >= 2 AND runner_pid > 0 AND n != ?3",
+			  "cannot read the turns", err);
+	if (r < 0)
+		return r;
+	q_text(&q, 1, tenant);
+	q_text(&q, 2, session);
+	q_int(&q, 3, except);
+	while ((r = q_step(&q, err)) > 0) {
+		if (runner_alive((int32_t)sqlite3_column_int64(q.st, 1),
+				 (uint64_t)sqlite3_column_int64(q.st, 2))) {
+			*ret_n = (uint32_t)sqlite3_column_int64(q.st, 0);
+			return 0;
+		}
+	}
+	return r;
+}
+
+int ctl_db_turn_release(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
+			int32_t pid, struct al_error *err)
+{
+	int r = check_tenant(tenant, err);
+	if (r < 0 || (r = check_session_id(session, err)) < 0)
+		return r;
+	_cleanup_q_ struct q q = { 0 };
+	r = q_prepare(db, &q,
+		      "UPDATE turns SET runner_pid = 0 WHERE tenant = ?1 AND session = ?2 AND "
+		      "n = ?3 AND runner_pid = ?4 AND state != 1",
+		      "cannot update the turn", err);
+	if (r < 0)
+		return r;
+	q_text(&q, 1, tenant);
+	q_text(&q, 2, session);
+	q_int(&q, 3, n);
+	q_int(&q, 4, pid);
+	return q_exec(&q, NULL, err);
+}
+
+int ctl_db_session_runners(struct ctl_db *db, const char *tenant, const char *session,
+			   uint32_t *ret_n, struct al_error *err)
+{
+	int r = check_tenant(tenant, err);
+	if (r < 0 || (r = check_session_id(session, err)) < 0)
+		return r;
+	/* A running turn's runner, or an ended one's still at work. */
+	_cleanup_q_ struct q q = { 0 };
+	r = q_prepare(db, &q,
+		      "SELECT n, runner_pid, runner_start FROM turns WHERE tenant = ?1 AND "
+		      "session = ?2 AND state >= 1 AND runner_pid > 0",
+		      "cannot read the turns", err);
+	if (r < 0)
+		return r;
+	q_text(&q, 1, tenant);
+	q_text(&q, 2, session);
+	*ret_n = 0;
+	while ((r = q_step(&q, err)) > 0)
+		if (runner_alive((int32_t)sqlite3_column_int64(q.st, 1),
+				 (uint64_t)sqlite3_column_int64(q.st, 2)))
+			(*ret_n)++;
+	return r;
+}
+
 /* ---- opening ---- */
 
 /* Makes the directories above path that are missing, owner-only. */
@@ -866,6 +934,32 @@ static int session_check(struct ctl_db *db, const char *tenant, const char *id,
 		return r;
 	return r ? 0 : session_not_found(id, err);
 }
+
+/* -ENOENT when the session is being deleted: no turn is queued or starts. */
+static int session_active(struct ctl_db *db, const char *tenant, const char *id,
+			  struct al_error *err)
+{
+	_cleanup_q_ struct q q = { 0 };
+	int r = q_prepare(db, &q, "SELECT state FROM sessions WHERE tenant = ?1 AND id = ?2",
+			  "cannot read the session", err);
+	if (r < 0)
+		return r;
+	q_text(&q, 1, tenant);
+	q_text(&q, 2, id);
+	r = q_step(&q, err);
+	if (r < 0)
+		return r;
+	if (r == 0)
+		return session_not_found(id, err);
+	if (sqlite3_column_int(q.st, 0) != CTL_SESSION_ACTIVE)
+		return al_error_set(err, -ENOENT, "session %s is being deleted", id);
+	return 0;
+}
+
+/* The turn (other than `except`) of the session whose runner still works
+ * on it after it ended (cancelled under it, or finishing up), or 0. */
+static int ended_runner_alive(struct ctl_db *db, const char *tenant, const char *session,
+			      uint32_t except, uint32_t *ret_n, struct al_error *err);
 
 /* Validates the tenant and a full session id, and checks it exists. */
 static int session_args(struct ctl_db *db, const char *tenant, const char *id, struct al_error *err)
@@ -1298,6 +1392,8 @@ int ctl_db_turn_queue_by(struct ctl_db *db, const char *tenant, const char *sess
 	r = tx_begin(db, &tx, err);
 	if (r < 0)
 		return r;
+	if ((r = session_active(db, tenant, session, err)) < 0)
+		return r;
 	_cleanup_q_ struct q q = { 0 };
 	r = q_prepare(db, &q, "SELECT turns FROM sessions WHERE tenant = ?1 AND id = ?2",
 		      "cannot read the session", err);
@@ -1391,6 +1487,16 @@ int ctl_db_turn_claim_n(struct ctl_db *db, const char *tenant, const char *sessi
 	if (r)
 		return al_error_set(err, -EBUSY, "turn %" PRId64 " of session %s is running",
 				    (int64_t)sqlite3_column_int64(q.st, 0), session);
+	if ((r = session_active(db, tenant, session, err)) < 0)
+		return r;
+	/* Runners one at a time: a cancelled turn's runner may still be making
+	 * or dropping its sandbox, a finished one recording it. */
+	uint32_t busy = 0;
+	if ((r = ended_runner_alive(db, tenant, session, want, &busy, err)) < 0)
+		return r;
+	if (busy)
+		return al_error_set(err, -EBUSY, "turn %" PRIu32 " of session %s is still ending",
+				    busy, session);
 
 	r = q_prepare(db, &q,
 		      "SELECT n FROM turns WHERE tenant = ?1 AND session = ?2 AND state = 0 "

@@ -107,6 +107,14 @@ int ctl_db_session_list_idle(struct ctl_db *db, int64_t before,
 int ctl_db_session_set_sandbox(struct ctl_db *db, const char *tenant, const char *id,
 			       const char *sandbox_id, const char *checkpoint,
 			       struct al_error *err);
+/* The runner of turn n (pid) is done with it: it no longer holds the
+ * session's next turn back (a turn that ended keeps its runner until this,
+ * so that runners of one session never overlap). */
+int ctl_db_turn_release(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
+			int32_t pid, struct al_error *err);
+/* How many runners (alive) still work on the session's turns. */
+int ctl_db_session_runners(struct ctl_db *db, const char *tenant, const char *session,
+			   uint32_t *ret_n, struct al_error *err);
 /* Forgets the session's sandbox only if it is still sandbox_id: 1 when it
  * was, 0 when the session names another one (or none). */
 int ctl_db_session_clear_sandbox_if(struct ctl_db *db, const char *tenant, const char *id,

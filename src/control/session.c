@@ -1359,9 +1359,30 @@ static void turn_cost_of_total(struct ctl_ctx *c, const struct ctl_session *s,
 	oc->usage.cost_usd = oc->usage.cost_usd > cs.sum ? oc->usage.cost_usd - cs.sum : 0;
 }
 
+static int turn_run(struct ctl_ctx *c, const char *tenant, const char *session, const char *prompt,
+		    const struct ctl_observer *obs, struct ctl_turn *ret, bool *ret_timed_out,
+		    uint32_t *ret_n, struct al_error *err);
+
 int ctl_turn_run(struct ctl_ctx *c, const char *tenant, const char *session, const char *prompt,
 		 const struct ctl_observer *obs, struct ctl_turn *ret, bool *ret_timed_out,
 		 struct al_error *err)
+{
+	uint32_t n = 0;
+	int r = turn_run(c, tenant, session, prompt, obs, ret, ret_timed_out, &n, err);
+	/* Whatever happened, this runner is done with its turn: the next may
+	 * start (runners of one session never overlap). */
+	if (n) {
+		struct ctl_session s;
+		struct al_error e2 = { 0 };
+		if (ctl_db_session_get(c->db, tenant, session, &s, &e2) == 0)
+			(void)ctl_db_turn_release(c->db, tenant, s.id, n, (int32_t)getpid(), &e2);
+	}
+	return r;
+}
+
+static int turn_run(struct ctl_ctx *c, const char *tenant, const char *session, const char *prompt,
+		    const struct ctl_observer *obs, struct ctl_turn *ret, bool *ret_timed_out,
+		    uint32_t *ret_n, struct al_error *err)
 {
 	struct ctl_session s;
 	int r = ctl_db_session_get(c->db, tenant, session, &s, err);
@@ -1384,6 +1405,7 @@ int ctl_turn_run(struct ctl_ctx *c, const char *tenant, const char *session, con
 	if ((r = ctl_db_turn_queue_by(c->db, tenant, s.id, prompt, (int32_t)getpid(), me, &n,
 				      err)) < 0)
 		return r;
+	*ret_n = n;
 	struct ctl_turn t = { 0 };
 	r = turn_wait_claim(c, tenant, s.id, n, obs, &t, err);
 	if (r == -ECANCELED)
@@ -1608,8 +1630,31 @@ int ctl_session_delete(struct ctl_ctx *c, const char *tenant, const char *sessio
 		return r;
 	uint32_t n;
 	struct al_error e2 = { 0 };
-	while (ctl_db_turn_cancel(c->db, tenant, s.id, 0, "the session was deleted", &n, &e2) == 0)
-		;
+	char taken[CTL_SANDBOX_ID_MAX + 1];
+	while (ctl_db_turn_cancel_take(c->db, tenant, s.id, 0, "the session was deleted", &n, taken,
+				       sizeof(taken), &e2) == 0)
+		if (taken[0])
+			(void)sbx_destroy(&c->set, taken, &e2);
+	/* Their runners see their sandboxes go and stop; none may still be
+	 * making one when the files go (bounded: a runner that hangs is
+	 * reported, and `rm` again finishes the job). */
+	for (int i = 0;; i++) {
+		uint32_t alive = 0;
+		if ((r = ctl_db_session_runners(c->db, tenant, s.id, &alive, err)) < 0)
+			return r;
+		if (!alive)
+			break;
+		if (i == 300)
+			return al_error_set(
+				err, -EBUSY,
+				"session %s: a turn's runner is still at work after 60 s; "
+				"try again",
+				s.id);
+		struct timespec ts = { 0, WAIT_STEP_MS * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	if ((r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0)
+		return r;
 	if (s.sandbox_id[0] && (r = sbx_destroy(&c->set, s.sandbox_id, err)) < 0 && r != -ENOENT)
 		return r;
 	/* The files first: should anything stop the deletion, the session is
