@@ -29,6 +29,8 @@ enum {
 	OPT_WORKSPACE = 256,
 	OPT_HOME,
 	OPT_HOME_PATH,
+	OPT_LOWER,
+	OPT_LAYER,
 	OPT_IMAGE,
 	OPT_NETWORK,
 	OPT_ENV,
@@ -52,6 +54,13 @@ static const struct cli_optdef spec_optdefs[] = {
 	  "the workspace, which it needs (default: none, /root is the\n"
 	  "sandbox's own)" },
 	{ "home-path", OPT_HOME_PATH, "PATH", "where the home is: /root (default) or /home/NAME" },
+	{ "lower", OPT_LOWER, "DIR",
+	  "a layered workspace instead (with --layer): DIR/workspace\n"
+	  "is /workspace and, with --home-path, DIR/home the home;\n"
+	  "DIR is never written and may be shared" },
+	{ "layer", OPT_LAYER, "DIR",
+	  "where the layered workspace's changes go: DIR/upper (its\n"
+	  "overlay's upper directory) and DIR/work" },
 	{ "image", OPT_IMAGE, "host|DIR",
 	  "root filesystem (default host: the host's /usr, /etc, ...\n"
 	  "read-only under a writable overlay)" },
@@ -144,8 +153,9 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 		li = -1;
 		bool is_gw = c >= OPT_GW_ALLOW && c <= OPT_GW_VAULT;
 		bool is_spec = c == OPT_WORKSPACE || c == OPT_HOME || c == OPT_HOME_PATH ||
-			       c == OPT_IMAGE || c == OPT_NETWORK || c == OPT_MEMORY ||
-			       c == OPT_PIDS || c == OPT_CPUS || c == OPT_HOSTNAME || is_gw;
+			       c == OPT_LOWER || c == OPT_LAYER || c == OPT_IMAGE ||
+			       c == OPT_NETWORK || c == OPT_MEMORY || c == OPT_PIDS ||
+			       c == OPT_CPUS || c == OPT_HOSTNAME || is_gw;
 		bool is_exec = c == OPT_TIMEOUT || c == OPT_OUTPUT_LIMIT || c == OPT_CWD;
 		bool is_run = c == OPT_AUDIT;
 		if ((is_spec && !spec_opts) || (is_exec && !exec_opts) ||
@@ -186,6 +196,12 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 					printable ? ", not '" : "", printable ? optarg : "",
 					printable ? "'" : "");
 		}
+		case OPT_LOWER:
+		case OPT_LAYER:
+			if (!*optarg)
+				return cli_fail("%s wants a directory", name);
+			*(c == OPT_LOWER ? &o->spec.lower : &o->spec.layer) = optarg;
+			break;
 		case OPT_IMAGE:
 			if (!*optarg)
 				return cli_fail("--image wants host or a directory");

@@ -49,8 +49,10 @@ static bool turn_under_way(struct ctl_ctx *c, const struct ctl_session *s)
 int ctl_retention_gc(struct ctl_ctx *c, int64_t now_ms, unsigned *ret_deleted, struct al_error *err)
 {
 	*ret_deleted = 0;
-	if (c->conf->retention_ms == 0)
+	if (c->conf->retention_ms == 0) {
+		ctl_lowers_gc(c);
 		return 0;
+	}
 	struct idle l = { 0 };
 	int r = ctl_db_session_list_idle(c->db, now_ms - (int64_t)c->conf->retention_ms, collect,
 					 &l, err);
@@ -69,5 +71,6 @@ int ctl_retention_gc(struct ctl_ctx *c, int64_t now_ms, unsigned *ret_deleted, s
 			(*ret_deleted)++;
 	}
 	free(l.v);
+	ctl_lowers_gc(c);
 	return r;
 }

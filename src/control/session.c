@@ -9,15 +9,25 @@
  *   store/                          the checkpoint store (unless moved)
  *   tools/<preset version>/         what a preset's setup installed (shared,
  *                                   read-only in sessions at /opt/airlock)
+ *   lowers/<tenant>/<checkpoint>/   a checkpoint as restored, once: the
+ *       workspace, home             lower directory of every sandbox that
+ *                                   starts from it (read-only inside, shared)
  *   sessions/<tenant>/<id>/         a session's directory (root's, 0700):
- *       tree-<n>/workspace, home    a sandbox's files, owned by the
- *                                   workspace uid (root inside)
+ *       tree-<n>/base               the checkpoint its sandbox started from
+ *       tree-<n>/layer/upper, work  what the sandbox's turns changed (the
+ *                                   overlay's upper directory)
  *       current                     which tree the live sandbox uses
  *       audit.jsonl                 every egress decision of its sandboxes
  *
- * A tree is made for each sandbox (restored from the checkpoint it starts
- * from) and removed with it; a checkpoint is a snapshot of the whole tree,
- * the agent's history with the files.
+ * Everything a sandbox sees there is owned by the workspace uid (root
+ * inside). A sandbox's /workspace and the agent's home are the workspace/
+ * and home/ of an overlay of its lower directory and its layer, so a
+ * checkpoint after a turn reads the upper directory alone (a layered
+ * snapshot: what changed since the sandbox started, not the whole tree).
+ * A checkpoint is of the whole tree, the agent's history with the files.
+ * While a session is created its tree is a plain one (tree-<n>/workspace,
+ * home: the copy or the clone); its first checkpoint made, that tree
+ * becomes the checkpoint's lower directory.
  */
 #include "control/session.h"
 
@@ -385,16 +395,11 @@ static int home_files(struct ctl_ctx *c, const struct ctl_agent *a, const char *
 	return 0;
 }
 
-/* A tree restored from a checkpoint, owned by the workspace uid. */
-static int tree_restore(struct ctl_ctx *c, struct st_repo *repo, const char *sdir, const char *ckpt,
-			char *name, size_t size, struct al_error *err)
+/* Checkpoint ckpt restored into path (made here), owned by the workspace
+ * uid, its workspace/ and home/ there whatever it held. */
+static int tree_restore(struct ctl_ctx *c, struct st_repo *repo, const char *ckpt, const char *path,
+			struct al_error *err)
 {
-	char rnd[9];
-	random_hex(rnd, 8);
-	snprintf(name, size, "tree-%s", rnd);
-	char path[PATH_MAX_CTL];
-	if (fmt_path(path, sizeof(path), "%s/%s", sdir, name) < 0)
-		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	struct st_restore_opts ro = { .chown = true,
 				      .uid = c->conf->workspace_uid,
 				      .gid = c->conf->workspace_uid };
@@ -420,6 +425,236 @@ static int tree_restore(struct ctl_ctx *c, struct st_repo *repo, const char *sdi
 			return al_error_set_errno(err, r, "cannot create %s/%s", path, parts[i]);
 	}
 	return 0;
+}
+
+/* ---- shared lower directories ---- */
+
+static int lowers_dir(const struct ctl_ctx *c, const char *tenant, char *out, size_t size)
+{
+	return fmt_path(out, size, "%s/lowers/%s", c->conf->state_dir, tenant);
+}
+
+/* The tenant's lowers/ made and locked: shared by those who pick a lower
+ * until their tree names it, exclusive for lowers_gc. */
+static int lowers_lock(struct ctl_ctx *c, const char *tenant, int how, struct al_error *err)
+{
+	char dir[PATH_MAX_CTL], top[PATH_MAX_CTL], path[PATH_MAX_CTL];
+	if (fmt_path(top, sizeof(top), "%s/lowers", c->conf->state_dir) < 0 ||
+	    lowers_dir(c, tenant, dir, sizeof(dir)) < 0 ||
+	    fmt_path(path, sizeof(path), "%s/.lock", dir) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	int r = mkdir_private(top, 0700, err);
+	if (r < 0 || (r = mkdir_private(dir, 0700, err)) < 0)
+		return r;
+	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return al_error_set_errno(err, -errno, "%s", path);
+	if (flock(fd, how) < 0) {
+		r = -errno;
+		close(fd);
+		return r == -EWOULDBLOCK ? r : al_error_set_errno(err, r, "cannot lock %s", path);
+	}
+	return fd;
+}
+
+static bool ckpt_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+	if (n != CTL_CKPT_HEX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/*
+ * The lower directory of checkpoint ckpt (out), restored when the tenant
+ * has none yet: into a new directory, renamed into place whole, so that a
+ * lower is always complete. The caller holds lowers_lock shared.
+ */
+static int lower_get(struct ctl_ctx *c, const char *tenant, const char *ckpt,
+		     const struct ctl_observer *obs, char *out, size_t size, struct al_error *err)
+{
+	char dir[PATH_MAX_CTL], tmp[PATH_MAX_CTL], rnd[9];
+	if (!ckpt_name_ok(ckpt))
+		return al_error_set(err, -EINVAL, "no checkpoint to start from");
+	random_hex(rnd, 8);
+	if (lowers_dir(c, tenant, dir, sizeof(dir)) < 0 ||
+	    fmt_path(out, size, "%s/%s", dir, ckpt) < 0 ||
+	    fmt_path(tmp, sizeof(tmp), "%s/.tmp-%s", dir, rnd) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	struct stat st;
+	if (lstat(out, &st) == 0 && S_ISDIR(st.st_mode))
+		return 0;
+	_cleanup_repo_ struct st_repo *repo = NULL;
+	int r = repo_open(c, tenant, &repo, err);
+	if (r < 0)
+		return r;
+	progress(obs, "restoring checkpoint %.12s", ckpt);
+	if ((r = tree_restore(c, repo, ckpt, tmp, err)) < 0) {
+		(void)rm_tree(tmp);
+		return r;
+	}
+	/* The directory itself is the owner's too (the sandbox wants one
+	 * owner for the whole layered tree). */
+	if (chown(tmp, c->conf->workspace_uid, c->conf->workspace_uid) < 0) {
+		r = al_error_set_errno(err, -errno, "%s", tmp);
+		(void)rm_tree(tmp);
+		return r;
+	}
+	if (rename(tmp, out) < 0) {
+		r = -errno;
+		(void)rm_tree(tmp);
+		/* Restored by another runner meanwhile: theirs is as good. */
+		if ((r == -EEXIST || r == -ENOTEMPTY) && lstat(out, &st) == 0 &&
+		    S_ISDIR(st.st_mode))
+			return 0;
+		return al_error_set_errno(err, r, "cannot rename %s", tmp);
+	}
+	return 0;
+}
+
+/*
+ * Removes the tenant's lower directories no tree of its sessions names
+ * (and what an interrupted restore left), unless someone is picking one
+ * (then the next call does it): wait for that with block.
+ */
+static void lowers_gc(struct ctl_ctx *c, const char *tenant, bool block)
+{
+	struct al_error e = { 0 };
+	_cleanup_close_ int lk = lowers_lock(c, tenant, LOCK_EX | (block ? 0 : LOCK_NB), &e);
+	if (lk < 0)
+		return;
+	char dir[PATH_MAX_CTL], sroot[PATH_MAX_CTL];
+	if (lowers_dir(c, tenant, dir, sizeof(dir)) < 0 ||
+	    fmt_path(sroot, sizeof(sroot), "%s/sessions/%s", c->conf->state_dir, tenant) < 0)
+		return;
+	/* What the trees name: every tree-<n>/base of every session. */
+	char(*used)[CTL_CKPT_HEX + 1] = NULL;
+	size_t n_used = 0, cap = 0;
+	DIR *sd = opendir(sroot);
+	struct dirent *de;
+	while (sd && (de = readdir(sd))) {
+		if (de->d_name[0] == '.')
+			continue;
+		char sdir[PATH_MAX_CTL];
+		if (fmt_path(sdir, sizeof(sdir), "%s/%s", sroot, de->d_name) < 0)
+			continue;
+		DIR *td = opendir(sdir);
+		struct dirent *te;
+		while (td && (te = readdir(td))) {
+			char base[PATH_MAX_CTL];
+			if (strncmp(te->d_name, "tree-", 5) != 0 ||
+			    fmt_path(base, sizeof(base), "%s/%s/base", sdir, te->d_name) < 0)
+				continue;
+			char *text = NULL;
+			size_t len = 0;
+			if (read_file_bounded(AT_FDCWD, base, CTL_CKPT_HEX + 1, &text, &len) < 0)
+				continue;
+			if (n_used == cap) {
+				size_t nc = cap ? 2 * cap : 32;
+				void *v = reallocarray(used, nc, sizeof(*used));
+				if (!v) {
+					free(text);
+					closedir(td);
+					goto out;
+				}
+				used = v;
+				cap = nc;
+			}
+			snprintf(used[n_used], sizeof(used[n_used]), "%.*s", (int)len, text);
+			n_used++;
+			free(text);
+		}
+		if (td)
+			closedir(td);
+	}
+	DIR *ld = opendir(dir);
+	while (ld && (de = readdir(ld))) {
+		bool tmp = strncmp(de->d_name, ".tmp-", 5) == 0;
+		if (!tmp && !ckpt_name_ok(de->d_name))
+			continue;
+		bool keep = false;
+		for (size_t i = 0; !tmp && !keep && i < n_used; i++)
+			keep = strcmp(used[i], de->d_name) == 0;
+		char path[PATH_MAX_CTL];
+		if (!keep && fmt_path(path, sizeof(path), "%s/%s", dir, de->d_name) == 0)
+			(void)rm_tree(path);
+	}
+	if (ld)
+		closedir(ld);
+out:
+	if (sd)
+		closedir(sd);
+	free(used);
+}
+
+void ctl_lowers_gc(struct ctl_ctx *c)
+{
+	char top[PATH_MAX_CTL];
+	if (fmt_path(top, sizeof(top), "%s/lowers", c->conf->state_dir) < 0)
+		return;
+	DIR *d = opendir(top);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		struct al_error e = { 0 };
+		if (de->d_name[0] != '.' && tenant_ok(de->d_name, &e))
+			lowers_gc(c, de->d_name, true);
+	}
+	if (d)
+		closedir(d);
+}
+
+/* A new tree for a sandbox over the lower directory of ckpt: tree-<n>/base
+ * naming it, tree-<n>/layer for the overlay (the sandbox makes its upper/
+ * and work/). */
+static int layer_new(struct ctl_ctx *c, const char *sdir, const char *ckpt, char *name, size_t size,
+		     struct al_error *err)
+{
+	char rnd[9];
+	random_hex(rnd, 8);
+	snprintf(name, size, "tree-%s", rnd);
+	char path[PATH_MAX_CTL];
+	if (fmt_path(path, sizeof(path), "%s/%s", sdir, name) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	if (mkdir(path, 0700) < 0)
+		return al_error_set_errno(err, -errno, "cannot create %s", path);
+	_cleanup_close_ int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return al_error_set_errno(err, -errno, "%s", path);
+	int r = mkdir_owned_at(dfd, "layer", 0755, c->conf->workspace_uid);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot create %s/layer", path);
+	_cleanup_close_ int fd =
+		openat(dfd, "base", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || (r = write_full(fd, ckpt, strlen(ckpt))) < 0)
+		return al_error_set_errno(err, fd < 0 ? -errno : r, "cannot write %s/base", path);
+	return 0;
+}
+
+/* The checkpoint tree-<n> started from ("" for a plain tree). */
+static int tree_base(const char *tree, char out[CTL_CKPT_HEX + 1])
+{
+	char path[PATH_MAX_CTL];
+	out[0] = '\0';
+	if (fmt_path(path, sizeof(path), "%s/base", tree) < 0)
+		return -ENAMETOOLONG;
+	char *text = NULL;
+	size_t len = 0;
+	int r = read_file_bounded(AT_FDCWD, path, CTL_CKPT_HEX + 1, &text, &len);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0)
+		return r;
+	if (len != CTL_CKPT_HEX) {
+		free(text);
+		return -EBADMSG;
+	}
+	memcpy(out, text, len);
+	out[len] = '\0';
+	free(text);
+	return ckpt_name_ok(out) ? 0 : -EBADMSG;
 }
 
 static int current_get(const char *sdir, char *name, size_t size)
@@ -474,6 +709,33 @@ static void trees_prune(const char *sdir, const char *keep)
 			(void)rm_tree(path);
 	}
 	closedir(d);
+}
+
+/*
+ * The plain tree sdir/name (a session's starting point, just checkpointed
+ * as ckpt, its sandbox gone) made the lower directory of ckpt: renamed,
+ * not copied. When the tenant has that lower already, the tree goes.
+ */
+static int lower_adopt(struct ctl_ctx *c, const char *tenant, const char *ckpt, const char *sdir,
+		       const char *name, struct al_error *err)
+{
+	char tree[PATH_MAX_CTL], dir[PATH_MAX_CTL], path[PATH_MAX_CTL];
+	if (fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0 ||
+	    lowers_dir(c, tenant, dir, sizeof(dir)) < 0 ||
+	    fmt_path(path, sizeof(path), "%s/%s", dir, ckpt) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	_cleanup_close_ int lk = lowers_lock(c, tenant, LOCK_SH, err);
+	if (lk < 0)
+		return lk;
+	if (rename(tree, path) == 0)
+		return 0;
+	int r = -errno;
+	struct stat st;
+	if ((r == -EEXIST || r == -ENOTEMPTY) && lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		(void)rm_tree(tree);
+		return 0;
+	}
+	return al_error_set_errno(err, r, "cannot move %s to %s", tree, path);
 }
 
 /* ---- the preset's setup ---- */
@@ -538,8 +800,9 @@ static int vault_has(const struct ctl_ctx *c, const struct ctl_preset *p, struct
 struct sandbox_req {
 	const struct ctl_preset *preset;
 	const char *workspace, *home;
-	const char *tools; /* the preset's tools directory, or NULL */
-	const char *grant; /* "github:OWNER/REPO" or NULL */
+	const char *lower, *layer; /* a layered tree instead */
+	const char *tools;	   /* the preset's tools directory, or NULL */
+	const char *grant;	   /* "github:OWNER/REPO" or NULL */
 	const char *audit;
 	bool setup; /* the setup's sandbox: its own policy, tools writable */
 };
@@ -555,7 +818,9 @@ static int sandbox_start(struct ctl_ctx *c, const struct sandbox_req *q, char id
 		.image = p->image,
 		.workspace = q->workspace,
 		.home = q->home,
-		.home_path = q->home ? p->agent->home : NULL,
+		.home_path = q->home || q->lower ? p->agent->home : NULL,
+		.lower = q->lower,
+		.layer = q->layer,
 		.tools = q->tools,
 		.tools_writable = q->setup,
 		.network = p->network,
@@ -763,36 +1028,44 @@ static int grant_check(const struct ctl_preset *p, const struct ctl_session *s,
 	return 0;
 }
 
-/* A sandbox for the session holding checkpoint ckpt in a tree of the
- * session's directory (made here unless tree is given). */
+/*
+ * A sandbox for the session holding checkpoint ckpt: over the lower
+ * directory of ckpt (restored if the tenant has none yet) with a new layer,
+ * or on the plain tree of the session's directory named plain (while the
+ * session is created: ckpt is "").
+ */
 static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
-			   const struct ctl_preset *p, const char *tree, const char *ckpt,
+			   const struct ctl_preset *p, const char *plain, const char *ckpt,
 			   const struct ctl_observer *obs, struct al_error *err)
 {
-	char sdir[PATH_MAX_CTL], tools[PATH_MAX_CTL], name[32];
+	char sdir[PATH_MAX_CTL], tools[PATH_MAX_CTL], name[32], lower[PATH_MAX_CTL] = "";
 	if (session_dir(c, s->tenant, s->id, sdir, sizeof(sdir)) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	int r = preset_setup(c, p, obs, -1, tools, sizeof(tools), err);
 	if (r < 0)
 		return r;
-	if (tree) {
-		snprintf(name, sizeof(name), "%s", tree);
+	if (plain) {
+		snprintf(name, sizeof(name), "%s", plain);
 	} else {
-		_cleanup_repo_ struct st_repo *repo = NULL;
-		if ((r = repo_open(c, s->tenant, &repo, err)) < 0)
-			return r;
-		progress(obs, "restoring checkpoint %.12s", ckpt);
-		if ((r = tree_restore(c, repo, sdir, ckpt, name, sizeof(name), err)) < 0)
+		/* Held until the new tree names the lower: lowers_gc leaves it. */
+		_cleanup_close_ int lk = lowers_lock(c, s->tenant, LOCK_SH, err);
+		if (lk < 0)
+			return lk;
+		if ((r = lower_get(c, s->tenant, ckpt, obs, lower, sizeof(lower), err)) < 0 ||
+		    (r = layer_new(c, sdir, ckpt, name, sizeof(name), err)) < 0)
 			return r;
 	}
-	char ws[PATH_MAX_CTL], home[PATH_MAX_CTL], audit[PATH_MAX_CTL];
+	char ws[PATH_MAX_CTL], home[PATH_MAX_CTL], layer[PATH_MAX_CTL], audit[PATH_MAX_CTL];
 	if (fmt_path(ws, sizeof(ws), "%s/%s/workspace", sdir, name) < 0 ||
 	    fmt_path(home, sizeof(home), "%s/%s/home", sdir, name) < 0 ||
+	    fmt_path(layer, sizeof(layer), "%s/%s/layer", sdir, name) < 0 ||
 	    fmt_path(audit, sizeof(audit), "%s/audit.jsonl", sdir) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	struct sandbox_req q = { .preset = p,
-				 .workspace = ws,
-				 .home = home,
+				 .workspace = plain ? ws : NULL,
+				 .home = plain ? home : NULL,
+				 .lower = plain ? NULL : lower,
+				 .layer = plain ? NULL : layer,
 				 .tools = tools[0] ? tools : NULL,
 				 .grant = s->grant[0] ? s->grant : NULL,
 				 .audit = audit };
@@ -801,7 +1074,7 @@ static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
 	r = sandbox_start(c, &q, id, err);
 	if (r < 0) {
 		char tp[PATH_MAX_CTL];
-		if (!tree && fmt_path(tp, sizeof(tp), "%s/%s", sdir, name) == 0)
+		if (!plain && fmt_path(tp, sizeof(tp), "%s/%s", sdir, name) == 0)
 			(void)rm_tree(tp);
 		return r;
 	}
@@ -816,12 +1089,23 @@ static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
 		return r;
 	}
 	trees_prune(sdir, name);
+	lowers_gc(c, s->tenant, false);
 	return 0;
 }
 
-/* Snapshots the session's current tree as its next checkpoint. */
+static void reported(const char *path, const char *what, void *ud)
+{
+	(void)path;
+	(void)what;
+	if (ud)
+		*(bool *)ud = true;
+}
+
+/* Snapshots the session's current tree as its next checkpoint;
+ * *ret_reported (may be NULL): whether anything of it was left out of the
+ * checkpoint (a fifo, a setuid bit). */
 static int session_snapshot(struct ctl_ctx *c, const struct ctl_session *s,
-			    char out[CTL_CKPT_HEX + 1], struct al_error *err)
+			    char out[CTL_CKPT_HEX + 1], bool *ret_reported, struct al_error *err)
 {
 	char sdir[PATH_MAX_CTL], name[32], tree[PATH_MAX_CTL];
 	if (session_dir(c, s->tenant, s->id, sdir, sizeof(sdir)) < 0)
@@ -831,10 +1115,23 @@ static int session_snapshot(struct ctl_ctx *c, const struct ctl_session *s,
 		return al_error_set_errno(err, r, "session %s: no current tree", s->id);
 	if (fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	char base[CTL_CKPT_HEX + 1], upper[PATH_MAX_CTL];
+	if ((r = tree_base(tree, base)) < 0)
+		return al_error_set_errno(err, r, "session %s: %s/base", s->id, tree);
+	if (fmt_path(upper, sizeof(upper), "%s/layer/upper", tree) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	_cleanup_repo_ struct st_repo *repo = NULL;
 	if ((r = repo_open(c, s->tenant, &repo, err)) < 0)
 		return r;
-	struct st_snapshot_opts o = { .workspace = tree, .session = s->id };
+	/* A layered tree: the upper directory alone, a delta over its base. */
+	struct st_snapshot_opts o = { .workspace = base[0] ? NULL : tree,
+				      .upper = base[0] ? upper : NULL,
+				      .lower = base[0] ? base : NULL,
+				      .session = s->id,
+				      .report = reported,
+				      .ud = ret_reported };
+	if (ret_reported)
+		*ret_reported = false;
 	struct st_snapshot_result res;
 	r = st_snapshot(repo, &o, &res, err);
 	if (r < 0)
@@ -1011,10 +1308,20 @@ int ctl_session_create(struct ctl_ctx *c, const char *tenant, const char *preset
 	if (github && (r = clone_repo(c, &s, s.source, obs, err)) < 0)
 		goto fail;
 	char ckpt[CTL_CKPT_HEX + 1];
+	bool left_out = false;
 	progress(obs, "checkpoint of the starting point");
-	if ((r = session_snapshot(c, &s, ckpt, err)) < 0 ||
-	    (r = ctl_db_checkpoint_add(c->db, tenant, s.id, ckpt, "", err)) < 0 ||
-	    (r = ctl_db_session_set_sandbox(c->db, tenant, s.id, s.sandbox_id, ckpt, err)) < 0 ||
+	if ((r = session_snapshot(c, &s, ckpt, &left_out, err)) < 0 ||
+	    (r = ctl_db_checkpoint_add(c->db, tenant, s.id, ckpt, "", err)) < 0)
+		goto fail;
+	/* The plain tree becomes the checkpoint's lower directory, unless
+	 * the checkpoint left anything of it out (then it is restored from
+	 * the checkpoint, as a lower must be exactly that): its sandbox goes
+	 * first, and the session's starts over it. */
+	sandbox_discard(c, &s);
+	if (!left_out && (r = lower_adopt(c, tenant, ckpt, sdir, name, err)) < 0)
+		goto fail;
+	if ((r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0 ||
+	    (r = session_sandbox(c, &s, p, NULL, ckpt, obs, err)) < 0 ||
 	    (r = ctl_db_session_get(c->db, tenant, s.id, ret, err)) < 0)
 		goto fail;
 	return 0;
@@ -1453,7 +1760,7 @@ static int turn_run(struct ctl_ctx *c, const char *tenant, const char *session, 
 		if (ctl_db_turn_get(c->db, tenant, s.id, n, &now, err) == 0 &&
 		    now.state == CTL_TURN_RUNNING) {
 			progress(obs, "checkpoint of turn %u", n);
-			r = session_snapshot(c, &s, ckpt, err);
+			r = session_snapshot(c, &s, ckpt, NULL, err);
 			if (r < 0) {
 				oc.succeeded = false;
 				snprintf(oc.reason, sizeof(oc.reason), "the checkpoint failed: %s",
@@ -1665,6 +1972,7 @@ int ctl_session_delete(struct ctl_ctx *c, const char *tenant, const char *sessio
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	if ((r = rm_tree(sdir)) < 0)
 		return al_error_set_errno(err, r, "cannot remove %s", sdir);
+	lowers_gc(c, tenant, false);
 	_cleanup_repo_ struct st_repo *rp = NULL;
 	if ((r = repo_open(c, tenant, &rp, err)) < 0 || (r = st_session_delete(rp, s.id, err)) < 0)
 		return r;

@@ -89,8 +89,13 @@ int ctl_session_fork(struct ctl_ctx *c, const char *tenant, const char *from,
 int ctl_session_delete(struct ctl_ctx *c, const char *tenant, const char *session,
 		       struct al_error *err);
 
+/* Removes the lower directories (checkpoints restored for sandboxes to
+ * start from) that no session's sandbox uses any more. */
+void ctl_lowers_gc(struct ctl_ctx *c);
+
 /* Deletes the sessions idle longer than the config's retention (none
- * when it has none), every tenant's; *ret_deleted how many. */
+ * when it has none), every tenant's; *ret_deleted how many; then
+ * ctl_lowers_gc. */
 int ctl_retention_gc(struct ctl_ctx *c, int64_t now_ms, unsigned *ret_deleted,
 		     struct al_error *err);
 

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/capability.h>
 #include <linux/mount.h>
 #include <stdarg.h>
 #include <sched.h>
@@ -72,6 +73,7 @@ struct sbx_rootfs_plan {
 	int home_fd;		 /* the home: O_PATH descriptor, then its tree; or -1 */
 	char home_rel[48];	 /* where inside, relative to "/": "root", "home/NAME" */
 	int tools_fd;		 /* the tools directory, as the home; or -1 */
+	int lower_fd, layer_fd;	 /* a layered tree's (struct sbx_spec.lower), as the home */
 	bool tools_writable;
 	uint32_t uid; /* host uid of root inside */
 	uint64_t tmp_size;
@@ -129,6 +131,8 @@ void sbx_rootfs_plan_free(struct sbx_rootfs_plan *plan)
 	safe_close(plan->ws_fd);
 	safe_close(plan->home_fd);
 	safe_close(plan->tools_fd);
+	safe_close(plan->lower_fd);
+	safe_close(plan->layer_fd);
 	for (size_t i = 0; i < plan->n_layers; i++)
 		safe_close(plan->layers[i].fd);
 	free(plan->host_bundle);
@@ -144,6 +148,10 @@ size_t sbx_rootfs_plan_fds(const struct sbx_rootfs_plan *plan, int *out, size_t 
 		out[n++] = plan->home_fd;
 	if (plan->tools_fd >= 0 && n < max)
 		out[n++] = plan->tools_fd;
+	if (plan->lower_fd >= 0 && n < max)
+		out[n++] = plan->lower_fd;
+	if (plan->layer_fd >= 0 && n < max)
+		out[n++] = plan->layer_fd;
 	for (size_t i = 0; i < plan->n_layers && n < max; i++)
 		out[n++] = plan->layers[i].fd;
 	return n;
@@ -489,6 +497,108 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 	return 0;
 }
 
+/* A directory of the layered tree's (what: its name), opened without
+ * following a link, of the tree's owner and group. */
+static int tree_dir(int dfd, const char *name, const char *what, const char *path,
+		    const struct sbx_rootfs_plan *plan, struct al_error *err)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
+			   RESOLVE_NO_XDEV,
+	};
+	int fd = (int)syscall(SYS_openat2, dfd, name, &how, sizeof(how));
+	if (fd < 0)
+		return al_error_set_errno(err, -errno, "%s %s/%s is not a directory", what, path,
+					  name);
+	struct stat st;
+	if (fstat(fd, &st) < 0 || (uint32_t)st.st_uid != plan->ws_uid ||
+	    (uint32_t)st.st_gid != plan->ws_gid) {
+		close(fd);
+		return al_error_set(err, -EPERM,
+				    "%s %s/%s must have the owner and group of the lower directory "
+				    "(%u:%u)",
+				    what, path, name, (unsigned)plan->ws_uid,
+				    (unsigned)plan->ws_gid);
+	}
+	return fd;
+}
+
+/*
+ * A layered tree: the lower directory's owner is the workspace's (never
+ * root); its workspace/ (and with a home home/) must be there. The layer's
+ * upper/ and work/ are made when missing, as its owner's.
+ */
+static int prepare_layered(const struct sbx_spec *spec, struct sbx_rootfs_plan *plan,
+			   struct al_error *err)
+{
+	if (!spec->lower)
+		return 0;
+	const char *const dirs[] = { spec->lower, spec->layer };
+	const char *const whats[] = { "lower directory", "layer" };
+	int *fds[] = { &plan->lower_fd, &plan->layer_fd };
+	for (size_t i = 0; i < 2; i++) {
+		int fd = open_dir_no_links(dirs[i]);
+		if (fd == -ELOOP)
+			return al_error_set(
+				err, -ELOOP,
+				"%s %s goes through a symbolic link: give its real path", whats[i],
+				dirs[i]);
+		if (fd < 0)
+			return al_error_set_errno(err, fd, "%s %s", whats[i], dirs[i]);
+		*fds[i] = fd;
+		struct stat st;
+		if (fstat(fd, &st) < 0)
+			return al_error_set_errno(err, -errno, "%s %s", whats[i], dirs[i]);
+		if (i == 0) {
+			if (st.st_uid == 0 || st.st_gid == 0)
+				return al_error_set(
+					err, -EPERM,
+					"lower directory %s belongs to %u:%u: a layered tree "
+					"has one unprivileged owner and group (chown)",
+					dirs[i], (unsigned)st.st_uid, (unsigned)st.st_gid);
+			plan->ws_idmap = true;
+			plan->ws_uid = (uint32_t)st.st_uid;
+			plan->ws_gid = (uint32_t)st.st_gid;
+		} else if ((uint32_t)st.st_uid != plan->ws_uid ||
+			   (uint32_t)st.st_gid != plan->ws_gid) {
+			return al_error_set(err, -EPERM,
+					    "layer %s belongs to %u:%u and the lower directory to "
+					    "%u:%u: they must have one owner and group",
+					    dirs[i], (unsigned)st.st_uid, (unsigned)st.st_gid,
+					    (unsigned)plan->ws_uid, (unsigned)plan->ws_gid);
+		}
+	}
+	const char *need[2] = { "workspace", spec->home_path ? "home" : NULL };
+	for (size_t i = 0; i < 2 && need[i]; i++) {
+		int fd = tree_dir(plan->lower_fd, need[i], "lower directory", spec->lower, plan,
+				  err);
+		if (fd < 0)
+			return fd;
+		close(fd);
+	}
+	if (spec->home_path &&
+	    fmt(plan->home_rel, sizeof(plan->home_rel), "%s", spec->home_path + 1) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "home path too long");
+	const char *const parts[] = { "upper", "work" };
+	for (size_t i = 0; i < 2; i++) {
+		if (mkdirat(plan->layer_fd, parts[i], 0755) == 0) {
+			if (fchownat(plan->layer_fd, parts[i], plan->ws_uid, plan->ws_gid,
+				     AT_SYMLINK_NOFOLLOW) < 0)
+				return al_error_set_errno(err, -errno, "layer %s/%s", spec->layer,
+							  parts[i]);
+		} else if (errno != EEXIST) {
+			return al_error_set_errno(err, -errno, "layer %s/%s", spec->layer,
+						  parts[i]);
+		}
+		int fd = tree_dir(plan->layer_fd, parts[i], "layer", spec->layer, plan, err);
+		if (fd < 0)
+			return fd;
+		close(fd);
+	}
+	return 0;
+}
+
 /*
  * The agent's home: a host directory of the workspace's owner and group,
  * mapped through the workspace's idmap (the same user namespace), so that
@@ -547,7 +657,7 @@ static int prepare_tools(const struct sbx_spec *spec, struct sbx_rootfs_plan *pl
 	if (!spec->tools)
 		return 0;
 	const char *tools = spec->tools;
-	if (!spec->workspace || !plan->ws_idmap)
+	if ((!spec->workspace && !spec->lower) || !plan->ws_idmap)
 		return al_error_set(err, -EINVAL,
 				    "tools directory %s needs a workspace directory of the same "
 				    "owner",
@@ -627,7 +737,7 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 	_cleanup_(sbx_rootfs_plan_freep) struct sbx_rootfs_plan *plan = calloc(1, sizeof(*plan));
 	if (!plan)
 		return al_error_set(err, -ENOMEM, "out of memory");
-	plan->ws_fd = plan->home_fd = plan->tools_fd = -1;
+	plan->ws_fd = plan->home_fd = plan->tools_fd = plan->lower_fd = plan->layer_fd = -1;
 	plan->uid = uid;
 	plan->spec = spec;
 	memcpy(plan->dir, p->dir, sizeof(plan->dir));
@@ -645,7 +755,7 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 		return al_error_set(err, -EINVAL,
 				    "state directory %s may not contain ',', ':' or '\\'", p->dir);
 
-	int r = prepare_workspace(spec, plan, err);
+	int r = spec->lower ? prepare_layered(spec, plan, err) : prepare_workspace(spec, plan, err);
 	if (r >= 0)
 		r = prepare_home(spec, plan, err);
 	if (r >= 0)
@@ -733,6 +843,12 @@ static int build_tree(struct maker *mk, const struct sbx_rootfs_plan *plan, stru
 	    mkdir_owned(mk, AT_FDCWD, plan->work, 0700, 0, 0) < 0 ||
 	    mkdir_owned(mk, AT_FDCWD, lowerdir, 0700, 0, 0) < 0)
 		return al_error_set_errno(err, -errno, "cannot create the sandbox's tree");
+	if (plan->lower_fd >= 0) {
+		char tree[SBX_PATH_MAX];
+		if (fmt(tree, sizeof(tree), "%s/tree", plan->mnt) < 0 ||
+		    mkdir_owned(mk, AT_FDCWD, tree, 0700, 0, 0) < 0)
+			return al_error_set_errno(err, -errno, "cannot create the sandbox's tree");
+	}
 	if (plan->fresh_workspace) {
 		int r = mkdir_owned(mk, AT_FDCWD, plan->workspace, 0755, uid, uid);
 		if (r < 0)
@@ -868,6 +984,19 @@ int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_us
 		close(plan->home_fd);
 		plan->home_fd = t;
 	}
+	if (plan->lower_fd >= 0) {
+		/* Never written: other sandboxes may have the same lower. */
+		int t = make_tree(plan->lower_fd, "the lower directory", ws_userns_fd, true, err);
+		if (t < 0)
+			return t;
+		close(plan->lower_fd);
+		plan->lower_fd = t;
+		t = make_tree(plan->layer_fd, "the layer", ws_userns_fd, false, err);
+		if (t < 0)
+			return t;
+		close(plan->layer_fd);
+		plan->layer_fd = t;
+	}
 	if (plan->tools_fd >= 0) {
 		/* Read-only but for a preset's setup, which fills it. */
 		int t = make_tree(plan->tools_fd, "the tools directory", ws_userns_fd,
@@ -981,6 +1110,74 @@ static int mount_layer(const struct sbx_rootfs_plan *plan, const struct layer *l
 	/* The staged lower layer stays attached where the sandbox cannot see
 	 * it; it goes with the old root, all in one detach (each unmount
 	 * waits for an RCU grace period). */
+	return 0;
+}
+
+/*
+ * The layered tree: the overlay of its lower directory and its layer,
+ * mounted at "tree" in the private tmpfs (the working directory) with its
+ * layers named relative to it, as mount_layer's. /workspace is its
+ * workspace/; the home, its home/. *ret_home: a detached clone of the
+ * latter for attach_at, or -1.
+ */
+static int mount_tree(const struct sbx_rootfs_plan *plan, struct maker *mk, int *ret_home,
+		      struct al_error *err)
+{
+	*ret_home = -1;
+	if (mkdir("lower/tree-lower", 0700) < 0 || mkdir("lower/tree-layer", 0700) < 0)
+		return al_error_set_errno(err, -errno, "cannot stage the layered tree");
+	int r = attach_tree(plan->lower_fd, "lower/tree-lower", err);
+	if (r >= 0)
+		r = attach_tree(plan->layer_fd, "lower/tree-layer", err);
+	if (r < 0)
+		return r;
+	/*
+	 * The overlay does its work in the layer (its work directory, copies
+	 * up, whiteouts) with its mounter's credentials, and the layer's idmap
+	 * names no id but the sandbox's root: mounted as that id (with the
+	 * capabilities a change of filesystem id clears raised again), what it
+	 * makes there is the owner's on disk.
+	 */
+	r = as_owner(mk, plan->uid);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot take the sandbox's ids");
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct caps[2];
+	if (syscall(SYS_capget, &hdr, caps) < 0)
+		r = -errno;
+	for (size_t i = 0; r >= 0 && i < 2; i++)
+		caps[i].effective = caps[i].permitted;
+	if (r >= 0 && syscall(SYS_capset, &hdr, caps) < 0)
+		r = -errno;
+	if (r >= 0 && mount("overlay", "tree", "overlay", MS_NOSUID | MS_NODEV,
+			    "lowerdir=lower/tree-lower,upperdir=lower/tree-layer/upper,"
+			    "workdir=lower/tree-layer/work,redirect_dir=off,metacopy=off,"
+			    "index=off,xino=off,volatile") < 0)
+		r = -errno;
+	int back = as_owner(mk, 0);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot mount the layered workspace");
+	if (back < 0)
+		return al_error_set_errno(err, back, "cannot take root's ids back");
+	char path[SBX_PATH_MAX];
+	if (fmt(path, sizeof(path), "%s/workspace", plan->root) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	/* Its own entries, not links: a clone of each, attached. */
+	int fd = sys_open_tree(AT_FDCWD, "tree/workspace",
+			       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+	if (fd < 0)
+		return al_error_set_errno(err, -errno, "cannot take the layered workspace");
+	r = attach_tree(fd, path, err);
+	close(fd);
+	if (r < 0)
+		return r;
+	if (plan->home_rel[0]) {
+		fd = sys_open_tree(AT_FDCWD, "tree/home",
+				   OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_SYMLINK_NOFOLLOW);
+		if (fd < 0)
+			return al_error_set_errno(err, -errno, "cannot take the layered home");
+		*ret_home = fd;
+	}
 	return 0;
 }
 
@@ -1149,7 +1346,15 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 
 	if (fmt(path, sizeof(path), "%s/workspace", plan->root) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
-	if (plan->ws_fd >= 0) {
+	if (plan->lower_fd >= 0) {
+		int home = -1;
+		r = mount_tree(plan, &mk, &home, err);
+		if (r >= 0 && home >= 0)
+			r = attach_at(plan, &mk, home, plan->home_rel, "the home", false, err);
+		safe_close(home);
+		if (r < 0)
+			return r;
+	} else if (plan->ws_fd >= 0) {
 		r = attach_tree(plan->ws_fd, path, err);
 		if (r < 0)
 			return r;

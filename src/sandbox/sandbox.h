@@ -65,6 +65,19 @@ struct sbx_spec {
 	 * installs and its sessions share. Read-only unless tools_writable. */
 	const char *tools;
 	bool tools_writable;
+	/*
+	 * A layered tree instead of workspace and home (both NULL then): an
+	 * overlay whose lower directory is lower, never written (sandboxes may
+	 * share it), and whose upper and work directories are layer/upper and
+	 * layer/work (made when missing; written by this sandbox alone). Its
+	 * "workspace" directory is /workspace and, with a home_path, its
+	 * "home" directory the home. lower and layer have one unprivileged
+	 * owner and group, idmapped like a workspace. The overlay is mounted
+	 * with redirect_dir=off and metacopy=off, so that the upper directory
+	 * alone says what changed (a layered checkpoint, docs/checkpoints.md).
+	 */
+	const char *lower;
+	const char *layer;
 	enum sbx_network network;
 	const char *hostname; /* NULL: "airlock" */
 	char **env;	      /* K=V strings given for every command */

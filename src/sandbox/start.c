@@ -140,8 +140,8 @@ static int validate_spec(const struct sbx_settings *set, const struct sbx_spec *
 			return al_error_set(err, -EINVAL, "invalid hostname '%s'", spec->hostname);
 	}
 	const char *paths[] = { spec->workspace, spec->image, spec->home, spec->home_path,
-				spec->tools };
-	const char *what[] = { "workspace", "image", "home", "home", "tools" };
+				spec->tools,	 spec->lower, spec->layer };
+	const char *what[] = { "workspace", "image", "home", "home", "tools", "lower", "layer" };
 	for (size_t i = 0; i < ARRAY_SIZE(paths); i++) {
 		for (const char *c = paths[i]; c && *c; c++)
 			if ((unsigned char)*c < 0x20 || *c == 0x7f)
@@ -149,7 +149,14 @@ static int validate_spec(const struct sbx_settings *set, const struct sbx_spec *
 						    "%s path contains a control character",
 						    what[i]);
 	}
-	if (spec->home_path && !spec->home)
+	if (!spec->lower != !spec->layer)
+		return al_error_set(err, -EINVAL,
+				    "a layered workspace needs both a lower directory and a layer");
+	if (spec->lower && (spec->workspace || spec->home))
+		return al_error_set(err, -EINVAL,
+				    "a layered workspace takes the place of the workspace and home "
+				    "directories");
+	if (spec->home_path && !spec->home && !spec->lower)
 		return al_error_set(err, -EINVAL, "a home path (%s) needs a home directory",
 				    spec->home_path);
 	if (spec->home && !spec->workspace)
@@ -237,7 +244,9 @@ static int plan_sandbox(const struct sbx_settings *set, const struct sbx_spec *s
 	snprintf(sb->state.image, sizeof(sb->state.image), "%s",
 		 spec->image ? spec->image : "host");
 	snprintf(sb->state.workspace, sizeof(sb->state.workspace), "%s",
-		 spec->workspace ? spec->workspace : "");
+		 spec->workspace ? spec->workspace :
+		 spec->layer	 ? spec->layer :
+				   "");
 	if (spec->home)
 		snprintf(sb->state.home, sizeof(sb->state.home), "%s", spec->home);
 

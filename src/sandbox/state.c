@@ -72,7 +72,7 @@ bool sbx_home_path_valid(const char *path)
 
 const char *sbx_spec_home(const struct sbx_spec *spec)
 {
-	if (!spec->home)
+	if (!spec->home && !(spec->layer && spec->home_path))
 		return NULL;
 	return spec->home_path ? spec->home_path : "/root";
 }

@@ -368,6 +368,91 @@ def test_delete_really_deletes(ctl):
     assert ctl("session", "show", sid).returncode == 125
 
 
+# ---- layered workspaces ----
+
+def tree_of(ctl, sid):
+    sdir = ctl.state / "sessions" / "local" / sid
+    return sdir / (sdir / "current").read_text()
+
+
+def files_under(d):
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if not p.is_dir())
+
+
+def digest(d):
+    """Every entry under d: path, type, mode, owner, size, bytes."""
+    out = []
+    for p in sorted(d.rglob("*")):
+        st = p.lstat()
+        data = p.read_bytes() if p.is_file() and not p.is_symlink() else b""
+        out.append((str(p.relative_to(d)), st.st_mode, st.st_uid, st.st_gid, data))
+    return out
+
+
+def test_layered_workspace_lower_shared_never_written_upper_holds_the_turn(ctl, tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for i in range(300):
+        (repo / f"f{i:03}").write_text(f"file {i}\n")
+    for p in [repo, *repo.iterdir()]:
+        os.chown(p, TEST_UID, TEST_UID)
+    p = ctl.run("run echo more >> /workspace/f007", "--repo", str(repo))
+    assert p.returncode == 0, p.stderr
+    sid = ctl.session_of(p)
+    tree = tree_of(ctl, sid)
+    base = (tree / "base").read_text()
+    lower = ctl.state / "lowers" / "local" / base
+    # The starting point became the lower directory, whole; the turn's
+    # change is in the upper directory alone, and that is what its
+    # checkpoint read.
+    assert len(files_under(lower / "workspace")) == 300
+    assert (lower / "workspace" / "f007").read_text() == "file 7\n"
+    assert files_under(tree / "layer" / "upper" / "workspace") == ["f007"]
+    d = ctl("diff", sid, check=True).stdout.decode().splitlines()
+    assert [l for l in d if "f0" in l or "f1" in l or "f2" in l] == ["M f007"], d
+
+    # The agent goes at every file it can see; the lower stays exactly as
+    # it was (other sessions may share it), the upper takes it all.
+    before = digest(lower)
+    attack = ("rm -rf /workspace/f1*; chmod 000 /workspace/f2*; "
+              "for f in /workspace/f0*; do echo x > $f; done; "
+              "mv /workspace/f299 /workspace/moved; ln -sf /etc/shadow /workspace/f298; "
+              "echo h >> ~/.claude-history 2>/dev/null; true")
+    assert ctl.turn(sid, "run " + attack).returncode == 0
+    assert digest(lower) == before
+    up = tree / "layer" / "upper" / "workspace"
+    assert os.stat(up / "f150", follow_symlinks=False).st_rdev == 0 and \
+        (up / "f150").is_char_device()  # a whiteout
+    d = ctl("diff", sid, check=True).stdout.decode().splitlines()
+    assert "D f150" in d and "M f050" in d and "A moved" in d
+    # What the checkpoint holds is what the agent sees: a fresh sandbox
+    # restored from it sees the same tree.
+    look = "run cd /workspace && ls -lA --time-style=full-iso && stat -c '%y %a %s' ."
+    assert ctl.turn(sid, look).returncode == 0
+    seen = last_text(ctl, sid)
+    s, _ = ctl.show(sid)
+    ctl.a.sandbox("destroy", s["sandbox"], check=True)
+    assert ctl.turn(sid, look).returncode == 0
+    assert last_text(ctl, sid) == seen
+
+    # Forks of one checkpoint share its lower, restored once; a change in
+    # one is not seen by the other.
+    fa = ctl("fork", sid, check=True).stdout.decode().strip()
+    fb = ctl("fork", sid, check=True).stdout.decode().strip()
+    pa = ctl("turn", fa, "run echo a > /workspace/f000")
+    pb = ctl("turn", fb, "run cat /workspace/f000")
+    assert pa.returncode == 0 and pb.returncode == 0, (pa.stderr, pb.stderr)
+    restores = (pa.stderr + pb.stderr).count(b"restoring checkpoint")
+    assert restores == 1, (pa.stderr, pb.stderr)
+    assert (tree_of(ctl, fa) / "base").read_text() == (tree_of(ctl, fb) / "base").read_text()
+    assert last_text(ctl, fb) == "exit 0\nx\n"
+
+    # Nothing names a lower any more: it goes.
+    ctl.stop_all()
+    assert [p.name for p in (ctl.state / "lowers" / "local").iterdir()
+            if not p.name.startswith(".")] == []
+
+
 # ---- tenants ----
 
 def test_other_tenants_ids_look_missing(ctl):

@@ -146,9 +146,15 @@ def store_plaintext(store):
                           capture_output=True, check=True).stdout
 
 
-def current_tree(ctl, sid):
+def workspace_file(ctl, sid, name):
+    """A file of the session's workspace as its sandbox sees it: in the
+    upper directory when a turn changed it, else in the lower one."""
     sdir = ctl.state / "sessions" / "local" / sid
-    return sdir / (sdir / "current").read_text()
+    tree = sdir / (sdir / "current").read_text()
+    up = tree / "layer" / "upper" / "workspace" / name
+    if up.exists():
+        return up
+    return ctl.state / "lowers" / "local" / (tree / "base").read_text() / "workspace" / name
 
 
 def test_clone_uses_real_token_upstream_and_nothing_of_the_session_holds_it(gh, ups):
@@ -173,9 +179,8 @@ def test_clone_uses_real_token_upstream_and_nothing_of_the_session_holds_it(gh, 
     # The session: its source, its starting point holds the clone.
     s, turns = gh.show(sid)
     assert s["source"] == URL and len(turns) == 1
-    ws = current_tree(gh, sid) / "workspace"
-    assert (ws / "README").read_text() == "content of acme/widgets\n"
-    assert (ws / ".git" / "HEAD").is_file()
+    assert workspace_file(gh, sid, "README").read_text() == "content of acme/widgets\n"
+    assert workspace_file(gh, sid, ".git/HEAD").is_file()
     assert "echo-git.json" in gh("diff", sid, check=True).stdout.decode()
 
     # The upstream saw the real token on every request of the clone.
@@ -189,7 +194,7 @@ def test_clone_uses_real_token_upstream_and_nothing_of_the_session_holds_it(gh, 
     assert sorted(authorization(r)[0] for r in echoed) == sorted([BASIC, "Bearer " + TOKEN])
     # ...and came back to the sandbox redacted by the gateway.
     for name in ("echo-git.json", "echo-api.json"):
-        body = (ws / name).read_bytes()
+        body = workspace_file(gh, sid, name).read_bytes()
         assert b"[redacted]" in body and b"authorization" in body.lower(), body
 
     # No file of the session (its trees, audit log, the checkpoint store,
@@ -201,7 +206,7 @@ def test_clone_uses_real_token_upstream_and_nothing_of_the_session_holds_it(gh, 
     plain = store_plaintext(gh.state / "store")
     assert b"content of acme/widgets\n" in plain and b"[redacted]" in plain
     assert not any(t in plain for t in TOKEN_FORMS)
-    assert TOKEN not in (ws / "env.txt").read_text()
+    assert TOKEN not in workspace_file(gh, sid, "env.txt").read_text()
     out = p.stdout + p.stderr + gh("events", "--json", sid, check=True).stdout
     assert not any(t in out for t in TOKEN_FORMS)
 
