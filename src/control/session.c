@@ -15,7 +15,12 @@
  *   sessions/<tenant>/<id>/         a session's directory (root's, 0700):
  *       tree-<n>/base               the checkpoint its sandbox started from
  *       tree-<n>/layer/upper, work  what the sandbox's turns changed (the
- *                                   overlay's upper directory)
+ *                                   overlay's upper directory)...
+ *       tree-<n>/layer-<k>/         ... or from its k-th new layer on: a
+ *                                   turn in a kept sandbox starts one
+ *       tree-<n>/top                "<k> <checkpoint>": the newest layer,
+ *                                   and the checkpoint the ones under it
+ *                                   hold
  *       current                     which tree the live sandbox uses
  *       audit.jsonl                 every egress decision of its sandboxes
  *
@@ -24,6 +29,8 @@
  * and home/ of an overlay of its lower directory and its layer, so a
  * checkpoint after a turn reads the upper directory alone (a layered
  * snapshot: what changed since the sandbox started, not the whole tree).
+ * A turn in a kept sandbox first starts a new layer over the last one
+ * (sbx_relayer), so that its checkpoint reads what that turn changed.
  * A checkpoint is of the whole tree, the agent's history with the files.
  * While a session is created its tree is a plain one (tree-<n>/workspace,
  * home: the copy or the clone); its first checkpoint made, that tree
@@ -657,6 +664,49 @@ static int tree_base(const char *tree, char out[CTL_CKPT_HEX + 1])
 	return ckpt_name_ok(out) ? 0 : -EBADMSG;
 }
 
+/* The newest layer of tree (k: 0 for "layer", else "layer-<k>") and the
+ * checkpoint the layers under it hold (its base for layer 0). */
+static int tree_top(const char *tree, unsigned *ret_k, char ckpt[CTL_CKPT_HEX + 1])
+{
+	int r = tree_base(tree, ckpt);
+	*ret_k = 0;
+	if (r < 0 || !ckpt[0])
+		return r;
+	char path[PATH_MAX_CTL];
+	if (fmt_path(path, sizeof(path), "%s/top", tree) < 0)
+		return -ENAMETOOLONG;
+	char *text = NULL;
+	size_t len = 0;
+	r = read_file_bounded(AT_FDCWD, path, 16 + CTL_CKPT_HEX, &text, &len);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0)
+		return r;
+	int k = 0;
+	char id[CTL_CKPT_HEX + 1] = "";
+	char line[16 + CTL_CKPT_HEX + 1];
+	snprintf(line, sizeof(line), "%.*s", (int)len, text);
+	free(text);
+	char *sp = strchr(line, ' ');
+	if (!sp || strlen(sp + 1) != CTL_CKPT_HEX)
+		return -EBADMSG;
+	*sp = '\0';
+	memcpy(id, sp + 1, CTL_CKPT_HEX + 1);
+	if (parse_int_range(line, 1, SBX_LOWERS_MAX - 1, &k) < 0 || !ckpt_name_ok(id))
+		return -EBADMSG;
+	*ret_k = (unsigned)k;
+	memcpy(ckpt, id, CTL_CKPT_HEX + 1);
+	return 0;
+}
+
+static void layer_name(unsigned k, char *out, size_t size)
+{
+	if (k == 0)
+		snprintf(out, size, "layer");
+	else
+		snprintf(out, size, "layer-%u", k);
+}
+
 static int current_get(const char *sdir, char *name, size_t size)
 {
 	char path[PATH_MAX_CTL];
@@ -1115,15 +1165,18 @@ static int session_snapshot(struct ctl_ctx *c, const struct ctl_session *s,
 		return al_error_set_errno(err, r, "session %s: no current tree", s->id);
 	if (fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
-	char base[CTL_CKPT_HEX + 1], upper[PATH_MAX_CTL];
-	if ((r = tree_base(tree, base)) < 0)
-		return al_error_set_errno(err, r, "session %s: %s/base", s->id, tree);
-	if (fmt_path(upper, sizeof(upper), "%s/layer/upper", tree) < 0)
+	char base[CTL_CKPT_HEX + 1], upper[PATH_MAX_CTL], lname[32];
+	unsigned k;
+	if ((r = tree_top(tree, &k, base)) < 0)
+		return al_error_set_errno(err, r, "session %s: %s/base, top", s->id, tree);
+	layer_name(k, lname, sizeof(lname));
+	if (fmt_path(upper, sizeof(upper), "%s/%s/upper", tree, lname) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	_cleanup_repo_ struct st_repo *repo = NULL;
 	if ((r = repo_open(c, s->tenant, &repo, err)) < 0)
 		return r;
-	/* A layered tree: the upper directory alone, a delta over its base. */
+	/* A layered tree: the newest upper directory alone, a delta over the
+	 * checkpoint the layers under it hold. */
 	struct st_snapshot_opts o = { .workspace = base[0] ? NULL : tree,
 				      .upper = base[0] ? upper : NULL,
 				      .lower = base[0] ? base : NULL,
@@ -1137,6 +1190,120 @@ static int session_snapshot(struct ctl_ctx *c, const struct ctl_session *s,
 	if (r < 0)
 		return r;
 	memcpy(out, res.id, CTL_CKPT_HEX + 1);
+	return 0;
+}
+
+static bool dir_empty(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return false;
+	struct dirent *de;
+	bool empty = true;
+	while (empty && (de = readdir(d)))
+		empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+	closedir(d);
+	return empty;
+}
+
+/*
+ * After a turn succeeded in the sandbox of s, before its checkpoint: a new
+ * layer over the last, so that nothing writes in the last one any more
+ * (its checkpoint reads exactly what the sandbox goes on over) and the
+ * next turn's checkpoint reads what that turn changed. None when the last
+ * is empty or the stack is full (the next turn writes on in the last), or
+ * when a command still runs in the sandbox (likewise: what it writes after
+ * this checkpoint is read by the next). *ret_k: the new layer's number, 0
+ * for none; top_set records it once the checkpoint is made. A failure:
+ * the sandbox must go.
+ */
+static int relayer_maybe(struct ctl_ctx *c, const struct ctl_session *s, const struct ctl_preset *p,
+			 unsigned *ret_k, struct al_error *err)
+{
+	*ret_k = 0;
+	char sdir[PATH_MAX_CTL], name[32], tree[PATH_MAX_CTL], base[CTL_CKPT_HEX + 1];
+	char top[CTL_CKPT_HEX + 1], lname[32], path[PATH_MAX_CTL];
+	unsigned k;
+	if (session_dir(c, s->tenant, s->id, sdir, sizeof(sdir)) < 0 ||
+	    current_get(sdir, name, sizeof(name)) < 0 ||
+	    fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0)
+		return al_error_set(err, -ENOENT, "session %s: no current tree", s->id);
+	int r = tree_base(tree, base);
+	if (r < 0 || (r = tree_top(tree, &k, top)) < 0)
+		return al_error_set_errno(err, r, "session %s: %s/base, top", s->id, tree);
+	if (!base[0] || k + 2 > SBX_LOWERS_MAX)
+		return 0;
+	layer_name(k, lname, sizeof(lname));
+	if (fmt_path(path, sizeof(path), "%s/%s/upper", tree, lname) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	if (dir_empty(path))
+		return 0;
+	/* Over: every upper directory so far, newest first, then the lower. */
+	char *lowers[SBX_LOWERS_MAX] = { 0 };
+	size_t n = 0;
+	int dfd = -1;
+	char layer[PATH_MAX_CTL], ldir[PATH_MAX_CTL], next[32];
+	for (unsigned i = k + 1; i-- > 0 && r >= 0;) {
+		layer_name(i, lname, sizeof(lname));
+		if (fmt_path(path, sizeof(path), "%s/%s/upper", tree, lname) < 0 ||
+		    !(lowers[n++] = strdup(path)))
+			r = -ENOMEM;
+	}
+	if (r >= 0 && (lowers_dir(c, s->tenant, ldir, sizeof(ldir)) < 0 ||
+		       fmt_path(path, sizeof(path), "%s/%s", ldir, base) < 0 ||
+		       !(lowers[n++] = strdup(path))))
+		r = -ENOMEM;
+	layer_name(k + 1, next, sizeof(next));
+	if (r >= 0 && fmt_path(layer, sizeof(layer), "%s/%s", tree, next) < 0)
+		r = -ENAMETOOLONG;
+	if (r < 0) {
+		al_error_set_errno(err, r, "cannot name the layers");
+		goto out;
+	}
+	dfd = open(tree, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0 || (r = mkdir_owned_at(dfd, next, 0755, c->conf->workspace_uid)) < 0) {
+		r = al_error_set_errno(err, dfd < 0 ? -errno : r, "cannot create %s", layer);
+		goto out;
+	}
+	r = sbx_relayer(&c->set, s->sandbox_id, p->agent->home, lowers, n, layer, err);
+	if (r == -EBUSY) {
+		/* A command of someone else's still runs: this turn writes on in
+		 * the last layer. */
+		al_error_clear(err);
+		(void)rm_tree(layer);
+		r = 0;
+		goto out;
+	}
+	if (r >= 0)
+		*ret_k = k + 1;
+out:
+	safe_close(dfd);
+	for (size_t i = 0; i < n; i++)
+		free(lowers[i]);
+	return r;
+}
+
+/* Records that the sandbox of s writes in layer k from now on, over what
+ * holds checkpoint ckpt. */
+static int top_set(struct ctl_ctx *c, const struct ctl_session *s, unsigned k, const char *ckpt,
+		   struct al_error *err)
+{
+	char sdir[PATH_MAX_CTL], name[32], path[PATH_MAX_CTL], tmp[PATH_MAX_CTL];
+	if (session_dir(c, s->tenant, s->id, sdir, sizeof(sdir)) < 0 ||
+	    current_get(sdir, name, sizeof(name)) < 0 ||
+	    fmt_path(path, sizeof(path), "%s/%s/top", sdir, name) < 0 ||
+	    fmt_path(tmp, sizeof(tmp), "%s/%s/top.tmp", sdir, name) < 0)
+		return al_error_set(err, -ENOENT, "session %s: no current tree", s->id);
+	char text[16 + CTL_CKPT_HEX];
+	snprintf(text, sizeof(text), "%u %s", k, ckpt);
+	(void)unlink(tmp);
+	_cleanup_close_ int fd =
+		open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int r = fd < 0 ? -errno : write_full(fd, text, strlen(text));
+	if (r >= 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot record the new layer in %s", path);
 	return 0;
 }
 
@@ -1760,7 +1927,12 @@ static int turn_run(struct ctl_ctx *c, const char *tenant, const char *session, 
 		if (ctl_db_turn_get(c->db, tenant, s.id, n, &now, err) == 0 &&
 		    now.state == CTL_TURN_RUNNING) {
 			progress(obs, "checkpoint of turn %u", n);
-			r = session_snapshot(c, &s, ckpt, NULL, err);
+			unsigned k = 0;
+			r = relayer_maybe(c, &s, p, &k, err);
+			if (r >= 0)
+				r = session_snapshot(c, &s, ckpt, NULL, err);
+			if (r >= 0 && k)
+				r = top_set(c, &s, k, ckpt, err);
 			if (r < 0) {
 				oc.succeeded = false;
 				snprintf(oc.reason, sizeof(oc.reason), "the checkpoint failed: %s",

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,12 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 		 * whatever is left of the command goes with its helper. */
 		if (r < 0 || ret->outcome == SBX_TIMED_OUT || ret->outcome == SBX_INTERRUPTED)
 			syscall(SYS_pidfd_send_signal, helper, SIGKILL, NULL, 0);
+		/* Gone before we return (it leaves once the command's init is
+		 * reaped; bounded all the same), so that the sandbox is idle
+		 * when its last command has ended (sbx_relayer). */
+		struct pollfd hp = { .fd = helper, .events = POLLIN };
+		while (poll(&hp, 1, 1000) < 0 && errno == EINTR)
+			;
 		close(helper);
 	}
 	safe_close(chan[0]);

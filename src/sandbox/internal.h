@@ -161,6 +161,22 @@ int sbx_rootfs_mount(const struct sbx_rootfs_plan *plan, int userns_fd, int ws_u
 /* Mounts a fresh /proc (for the caller's pid namespace) under root, with
  * the kernel's global knobs read-only or hidden. */
 int sbx_rootfs_mount_proc(const char *root, struct al_error *err);
+/* A directory the caller named, O_PATH, no symbolic link followed on the
+ * way (-ELOOP). */
+int sbx_open_dir_no_links(const char *path);
+/* A detached clone of the directory src_fd: nosuid, nodev, ids shifted
+ * through userns_fd unless it is -1 (what: its name in errors). */
+int sbx_rootfs_clone(int src_fd, const char *what, int userns_fd, bool readonly,
+		     struct al_error *err);
+/* A layer's upper/ and work/ (struct sbx_spec.layer), made owned by uid:gid
+ * when missing, checked to be directories of that owner. */
+int sbx_layer_dirs(int layer_fd, const char *layer, uint32_t uid, uint32_t gid,
+		   struct al_error *err);
+/* Mounts a layered tree's overlay at target: lowers (':'-separated, top
+ * first) under layer/upper, with layer/work; as the sandbox's root (uid),
+ * who alone has a name in the layers' idmap. Paths as the overlay takes
+ * them; the caller is host root with its own ids. */
+int sbx_mount_tree_overlay(uint32_t uid, const char *target, const char *lowers, const char *layer);
 bool sbx_rootfs_plan_needs_ws_userns(const struct sbx_rootfs_plan *plan, uint32_t *ret_owner);
 void sbx_rootfs_plan_free(struct sbx_rootfs_plan *plan);
 /* The descriptors the plan holds (a process that closes the rest keeps these). */

@@ -253,18 +253,23 @@ static void keeper_reply_err(int conn, const char *why)
 	(void)ipc_send(conn, KEEPER_ERR, why, strlen(why) + 1, NULL, 0);
 }
 
-static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd,
+static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid, int sfd,
 			 const struct sbx_argarea *area, uint64_t pids,
-			 const struct sbx_bpf *filter)
+			 const struct sbx_bpf *filter, const char *stage)
 {
 	struct timeval tv = { .tv_sec = KEEPER_RECV_TIMEOUT_S };
 	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	static const struct ipc_type allowed[] = {
 		{ .type = KEEPER_EXEC, .max_len = KEEPER_REQ_MAX, .max_fds = 4 },
+		{ .type = KEEPER_RELAYER, .max_len = 128, .max_fds = IPC_MAX_FDS },
 	};
 	_cleanup_ipc_msg_ struct ipc_msg msg = IPC_MSG_INIT;
 	if (ipc_recv(conn, allowed, ARRAY_SIZE(allowed), &msg) < 0)
 		return;
+	if (msg.type == KEEPER_RELAYER) {
+		sbx_relayer_serve(conn, init_pidfd, init_pid, stage, &msg);
+		return;
+	}
 	if (msg.n_fds != 4) {
 		keeper_reply_err(conn, "an exec request carries four descriptors");
 		return;
@@ -310,7 +315,7 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, int sfd,
  * on listen_fd. */
 static void __attribute__((noreturn))
 keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, const struct sbx_argarea *area,
-	    uint64_t pids, const struct sbx_bpf *filter)
+	    uint64_t pids, const struct sbx_bpf *filter, const char *stage)
 {
 	/* Exec helpers that die before their children (a timeout kills them
 	 * first) hand those children to us, not to the host's init. */
@@ -353,7 +358,8 @@ keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, const struct sbx_arga
 		if (p[0].revents) {
 			int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
 			if (conn >= 0) {
-				keeper_serve(conn, listen_fd, init_pidfd, sfd, area, pids, filter);
+				keeper_serve(conn, listen_fd, init_pidfd, init_pid, sfd, area, pids,
+					     filter, stage);
 				close(conn);
 			}
 		}
@@ -369,7 +375,7 @@ keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, const struct sbx_arga
  * recorded the sandbox, then serves exec requests.
  */
 static void __attribute__((noreturn))
-keeper_child(const struct sbx_init_args *a, int lfd, int rep, int go_fd)
+keeper_child(const struct sbx_init_args *a, const char *stage, int lfd, int rep, int go_fd)
 {
 	char c;
 	ssize_t n;
@@ -466,7 +472,7 @@ keeper_child(const struct sbx_init_args *a, int lfd, int rep, int go_fd)
 		_exit(125);
 	}
 	sbx_argarea_wipe(&area, "airlock-keeper");
-	keeper_main(lfd, ipidfd, ipid, &area, pids, a->filter);
+	keeper_main(lfd, ipidfd, ipid, &area, pids, a->filter, stage);
 }
 
 int sbx_keeper_spawn(const struct sbx_init_args *a, const struct sbx_paths *p,
@@ -514,7 +520,7 @@ int sbx_keeper_spawn(const struct sbx_init_args *a, const struct sbx_paths *p,
 	if (kpid == 0) {
 		close(rep[0]);
 		close(kgo[1]);
-		keeper_child(a, lfd, rep[1], kgo[0]);
+		keeper_child(a, p->root, lfd, rep[1], kgo[0]);
 	}
 	close(rep[1]);
 	close(kgo[0]);

@@ -158,8 +158,21 @@ enum {
 	KEEPER_EXEC = 1, /* payload: request; fds: stdin, stdout, stderr, status */
 	KEEPER_OK,	 /* payload: int32 host pid of the helper; fd: its pidfd */
 	KEEPER_ERR,	 /* payload: reason (NUL-terminated) */
+	/* payload: u32 uid of root inside, the home's place ("", "root",
+	 * "home/NAME"; NUL-terminated); fds: the lower layers' idmapped
+	 * clones, top first, then the new layer's. Answered OK (no payload),
+	 * BUSY or ERR. */
+	KEEPER_RELAYER,
+	KEEPER_BUSY, /* a command runs: nothing was changed */
 };
 #define KEEPER_REQ_MAX (1024 * 1024)
+
+struct ipc_msg;
+/* The keeper's side of sbx_relayer (relayer.c): answers on conn. stage: an
+ * empty directory of the host's to stage the layers on (in a mount
+ * namespace of the helper's own). */
+void sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *stage,
+		       struct ipc_msg *msg);
 #define KEEPER_MAX_ARGS 4096
 
 /* Where a persistent sandbox's keeper listens. */

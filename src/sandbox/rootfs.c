@@ -163,7 +163,7 @@ size_t sbx_rootfs_plan_fds(const struct sbx_rootfs_plan *plan, int *out, size_t 
  * workspace, say) to send this one somewhere else. The descriptor is used
  * from then on, so nothing can be swapped between the checks and the mount.
  */
-static int open_dir_no_links(const char *path)
+int sbx_open_dir_no_links(const char *path)
 {
 	struct open_how how = {
 		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
@@ -422,7 +422,7 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 		plan->fresh_workspace = true;
 		return 0;
 	}
-	int fd = open_dir_no_links(spec->workspace);
+	int fd = sbx_open_dir_no_links(spec->workspace);
 	if (fd == -ELOOP)
 		return al_error_set(err, -ELOOP,
 				    "workspace %s goes through a symbolic link: give its real path",
@@ -538,7 +538,7 @@ static int prepare_layered(const struct sbx_spec *spec, struct sbx_rootfs_plan *
 	const char *const whats[] = { "lower directory", "layer" };
 	int *fds[] = { &plan->lower_fd, &plan->layer_fd };
 	for (size_t i = 0; i < 2; i++) {
-		int fd = open_dir_no_links(dirs[i]);
+		int fd = sbx_open_dir_no_links(dirs[i]);
 		if (fd == -ELOOP)
 			return al_error_set(
 				err, -ELOOP,
@@ -580,18 +580,23 @@ static int prepare_layered(const struct sbx_spec *spec, struct sbx_rootfs_plan *
 	if (spec->home_path &&
 	    fmt(plan->home_rel, sizeof(plan->home_rel), "%s", spec->home_path + 1) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "home path too long");
+	return sbx_layer_dirs(plan->layer_fd, spec->layer, plan->ws_uid, plan->ws_gid, err);
+}
+
+int sbx_layer_dirs(int layer_fd, const char *layer, uint32_t uid, uint32_t gid,
+		   struct al_error *err)
+{
+	const struct sbx_rootfs_plan owner = { .ws_uid = uid, .ws_gid = gid };
 	const char *const parts[] = { "upper", "work" };
 	for (size_t i = 0; i < 2; i++) {
-		if (mkdirat(plan->layer_fd, parts[i], 0755) == 0) {
-			if (fchownat(plan->layer_fd, parts[i], plan->ws_uid, plan->ws_gid,
-				     AT_SYMLINK_NOFOLLOW) < 0)
-				return al_error_set_errno(err, -errno, "layer %s/%s", spec->layer,
+		if (mkdirat(layer_fd, parts[i], 0755) == 0) {
+			if (fchownat(layer_fd, parts[i], uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
+				return al_error_set_errno(err, -errno, "layer %s/%s", layer,
 							  parts[i]);
 		} else if (errno != EEXIST) {
-			return al_error_set_errno(err, -errno, "layer %s/%s", spec->layer,
-						  parts[i]);
+			return al_error_set_errno(err, -errno, "layer %s/%s", layer, parts[i]);
 		}
-		int fd = tree_dir(plan->layer_fd, parts[i], "layer", spec->layer, plan, err);
+		int fd = tree_dir(layer_fd, parts[i], "layer", layer, &owner, err);
 		if (fd < 0)
 			return fd;
 		close(fd);
@@ -620,7 +625,7 @@ static int prepare_home(const struct sbx_spec *spec, struct sbx_rootfs_plan *pla
 				    "home %s needs a workspace directory: a home must have the "
 				    "workspace's owner",
 				    home);
-	int fd = open_dir_no_links(home);
+	int fd = sbx_open_dir_no_links(home);
 	if (fd == -ELOOP)
 		return al_error_set(err, -ELOOP,
 				    "home %s goes through a symbolic link: give its real path",
@@ -662,7 +667,7 @@ static int prepare_tools(const struct sbx_spec *spec, struct sbx_rootfs_plan *pl
 				    "tools directory %s needs a workspace directory of the same "
 				    "owner",
 				    tools);
-	int fd = open_dir_no_links(tools);
+	int fd = sbx_open_dir_no_links(tools);
 	if (fd == -ELOOP)
 		return al_error_set(
 			err, -ELOOP,
@@ -696,7 +701,7 @@ static int add_layer(struct sbx_rootfs_plan *plan, const char *lower, const char
 	if (fmt(l->lower, sizeof(l->lower), "%s", lower) < 0 ||
 	    fmt(l->target, sizeof(l->target), "%s", target) < 0)
 		return -ENAMETOOLONG;
-	l->fd = open_dir_no_links(lower);
+	l->fd = sbx_open_dir_no_links(lower);
 	if (l->fd < 0)
 		return l->fd;
 	plan->n_layers++;
@@ -931,7 +936,7 @@ static int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char
 /* A detached clone of the directory src_fd: nosuid, nodev, with ids shifted
  * through userns_fd unless it is -1. Made in the host's mount namespace
  * (where src_fd lives); the init attaches it in its own. */
-static int make_tree(int src_fd, const char *what, int userns_fd, bool readonly,
+int sbx_rootfs_clone(int src_fd, const char *what, int userns_fd, bool readonly,
 		     struct al_error *err)
 {
 	int fd = sys_open_tree(src_fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
@@ -962,15 +967,15 @@ int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_us
 {
 	for (size_t i = 0; i < plan->n_layers; i++) {
 		struct layer *l = &plan->layers[i];
-		int t = make_tree(l->fd, l->lower, userns_fd, true, err);
+		int t = sbx_rootfs_clone(l->fd, l->lower, userns_fd, true, err);
 		if (t < 0)
 			return t;
 		close(l->fd);
 		l->fd = t;
 	}
 	if (plan->ws_fd >= 0) {
-		int t = make_tree(plan->ws_fd, "the workspace", plan->ws_idmap ? ws_userns_fd : -1,
-				  false, err);
+		int t = sbx_rootfs_clone(plan->ws_fd, "the workspace",
+					 plan->ws_idmap ? ws_userns_fd : -1, false, err);
 		if (t < 0)
 			return t;
 		close(plan->ws_fd);
@@ -978,7 +983,7 @@ int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_us
 	}
 	if (plan->home_fd >= 0) {
 		/* prepare_home made sure the workspace is idmapped. */
-		int t = make_tree(plan->home_fd, "the home", ws_userns_fd, false, err);
+		int t = sbx_rootfs_clone(plan->home_fd, "the home", ws_userns_fd, false, err);
 		if (t < 0)
 			return t;
 		close(plan->home_fd);
@@ -986,12 +991,13 @@ int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_us
 	}
 	if (plan->lower_fd >= 0) {
 		/* Never written: other sandboxes may have the same lower. */
-		int t = make_tree(plan->lower_fd, "the lower directory", ws_userns_fd, true, err);
+		int t = sbx_rootfs_clone(plan->lower_fd, "the lower directory", ws_userns_fd, true,
+					 err);
 		if (t < 0)
 			return t;
 		close(plan->lower_fd);
 		plan->lower_fd = t;
-		t = make_tree(plan->layer_fd, "the layer", ws_userns_fd, false, err);
+		t = sbx_rootfs_clone(plan->layer_fd, "the layer", ws_userns_fd, false, err);
 		if (t < 0)
 			return t;
 		close(plan->layer_fd);
@@ -999,8 +1005,8 @@ int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_us
 	}
 	if (plan->tools_fd >= 0) {
 		/* Read-only but for a preset's setup, which fills it. */
-		int t = make_tree(plan->tools_fd, "the tools directory", ws_userns_fd,
-				  !plan->tools_writable, err);
+		int t = sbx_rootfs_clone(plan->tools_fd, "the tools directory", ws_userns_fd,
+					 !plan->tools_writable, err);
 		if (t < 0)
 			return t;
 		close(plan->tools_fd);
@@ -1113,6 +1119,46 @@ static int mount_layer(const struct sbx_rootfs_plan *plan, const struct layer *l
 	return 0;
 }
 
+int sbx_mount_tree_overlay(uint32_t uid, const char *target, const char *lowers, const char *layer)
+{
+	char opts[1024];
+	int n = snprintf(opts, sizeof(opts),
+			 "lowerdir=%s,upperdir=%s/upper,workdir=%s/work,redirect_dir=off,"
+			 "metacopy=off,index=off,xino=off,volatile",
+			 lowers, layer, layer);
+	if (n < 0 || (size_t)n >= sizeof(opts))
+		return -ENAMETOOLONG;
+	/*
+	 * The overlay does its work in the layer (its work directory, copies
+	 * up, whiteouts) with its mounter's credentials, and the layer's idmap
+	 * names no id but the sandbox's root: mounted as that id (with the
+	 * capabilities a change of filesystem id clears raised again), what it
+	 * makes there is the owner's on disk.
+	 */
+	syscall(SYS_setfsuid, uid);
+	syscall(SYS_setfsgid, uid);
+	int r = 0;
+	if ((uint32_t)syscall(SYS_setfsuid, -1) != uid ||
+	    (uint32_t)syscall(SYS_setfsgid, -1) != uid)
+		r = -EIO;
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct caps[2];
+	if (r >= 0 && syscall(SYS_capget, &hdr, caps) < 0)
+		r = -errno;
+	for (size_t i = 0; r >= 0 && i < 2; i++)
+		caps[i].effective = caps[i].permitted;
+	if (r >= 0 && syscall(SYS_capset, &hdr, caps) < 0)
+		r = -errno;
+	if (r >= 0 && mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
+		r = -errno;
+	/* Back to root's ids (which brings the capabilities back too). */
+	syscall(SYS_setfsuid, 0);
+	syscall(SYS_setfsgid, 0);
+	if ((uint32_t)syscall(SYS_setfsuid, -1) != 0 || (uint32_t)syscall(SYS_setfsgid, -1) != 0)
+		return r < 0 ? r : -EIO;
+	return r;
+}
+
 /*
  * The layered tree: the overlay of its lower directory and its layer,
  * mounted at "tree" in the private tmpfs (the working directory) with its
@@ -1131,34 +1177,12 @@ static int mount_tree(const struct sbx_rootfs_plan *plan, struct maker *mk, int 
 		r = attach_tree(plan->layer_fd, "lower/tree-layer", err);
 	if (r < 0)
 		return r;
-	/*
-	 * The overlay does its work in the layer (its work directory, copies
-	 * up, whiteouts) with its mounter's credentials, and the layer's idmap
-	 * names no id but the sandbox's root: mounted as that id (with the
-	 * capabilities a change of filesystem id clears raised again), what it
-	 * makes there is the owner's on disk.
-	 */
-	r = as_owner(mk, plan->uid);
-	if (r < 0)
-		return al_error_set_errno(err, r, "cannot take the sandbox's ids");
-	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
-	struct __user_cap_data_struct caps[2];
-	if (syscall(SYS_capget, &hdr, caps) < 0)
-		r = -errno;
-	for (size_t i = 0; r >= 0 && i < 2; i++)
-		caps[i].effective = caps[i].permitted;
-	if (r >= 0 && syscall(SYS_capset, &hdr, caps) < 0)
-		r = -errno;
-	if (r >= 0 && mount("overlay", "tree", "overlay", MS_NOSUID | MS_NODEV,
-			    "lowerdir=lower/tree-lower,upperdir=lower/tree-layer/upper,"
-			    "workdir=lower/tree-layer/work,redirect_dir=off,metacopy=off,"
-			    "index=off,xino=off,volatile") < 0)
-		r = -errno;
-	int back = as_owner(mk, 0);
+	r = as_owner(mk, 0);
+	if (r >= 0)
+		r = sbx_mount_tree_overlay(plan->uid, "tree", "lower/tree-lower",
+					   "lower/tree-layer");
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot mount the layered workspace");
-	if (back < 0)
-		return al_error_set_errno(err, back, "cannot take root's ids back");
 	char path[SBX_PATH_MAX];
 	if (fmt(path, sizeof(path), "%s/workspace", plan->root) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");

@@ -152,6 +152,20 @@ int sbx_create(const struct sbx_settings *set, const struct sbx_spec *spec, char
 int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 	     const struct sbx_exec_opts *opts, struct sbx_result *ret, struct al_error *err);
 
+/*
+ * A new layer for sandbox id's layered workspace (struct sbx_spec.lower):
+ * what the workspace and the home hold becomes read-only, and from now on
+ * the sandbox writes in layer (its upper/ and work/ made when missing).
+ * lowers: the directories the new layer goes over, top first (the upper
+ * directories of the layers so far, newest first, then the lower
+ * directory); home_path: the spec's. Nothing else of the sandbox changes.
+ * -EBUSY when a command runs in the sandbox (then nothing changed); after
+ * any other failure the sandbox may have lost its workspace: destroy it.
+ */
+#define SBX_LOWERS_MAX 15
+int sbx_relayer(const struct sbx_settings *set, const char *id, const char *home_path,
+		char *const *lowers, size_t n_lowers, const char *layer, struct al_error *err);
+
 /* Kills everything in the sandbox and removes every trace of it. */
 int sbx_destroy(const struct sbx_settings *set, const char *id, struct al_error *err);
 

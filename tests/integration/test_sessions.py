@@ -403,11 +403,13 @@ def test_layered_workspace_lower_shared_never_written_upper_holds_the_turn(ctl, 
     base = (tree / "base").read_text()
     lower = ctl.state / "lowers" / "local" / base
     # The starting point became the lower directory, whole; the turn's
-    # change is in the upper directory alone, and that is what its
-    # checkpoint read.
+    # change is in the first layer's upper directory alone, and that is
+    # what its checkpoint read; then that layer was closed: the sandbox
+    # writes in a new one over it.
     assert len(files_under(lower / "workspace")) == 300
     assert (lower / "workspace" / "f007").read_text() == "file 7\n"
     assert files_under(tree / "layer" / "upper" / "workspace") == ["f007"]
+    assert (tree / "top").read_text() == "1 " + ctl.result(p)["checkpoint"]
     d = ctl("diff", sid, check=True).stdout.decode().splitlines()
     assert [l for l in d if "f0" in l or "f1" in l or "f2" in l] == ["M f007"], d
 
@@ -418,13 +420,23 @@ def test_layered_workspace_lower_shared_never_written_upper_holds_the_turn(ctl, 
               "for f in /workspace/f0*; do echo x > $f; done; "
               "mv /workspace/f299 /workspace/moved; ln -sf /etc/shadow /workspace/f298; "
               "echo h >> ~/.claude-history 2>/dev/null; true")
-    assert ctl.turn(sid, "run " + attack).returncode == 0
+    p2 = ctl.turn(sid, "run " + attack)
+    assert p2.returncode == 0
     assert digest(lower) == before
-    up = tree / "layer" / "upper" / "workspace"
+    # The turn in the kept sandbox wrote in the second layer (the first
+    # still holds turn 1's change alone): its checkpoint read that.
+    assert (tree / "top").read_text() == "2 " + ctl.result(p2)["checkpoint"]
+    assert files_under(tree / "layer" / "upper" / "workspace") == ["f007"]
+    up = tree / "layer-1" / "upper" / "workspace"
     assert os.stat(up / "f150", follow_symlinks=False).st_rdev == 0 and \
         (up / "f150").is_char_device()  # a whiteout
     d = ctl("diff", sid, check=True).stdout.decode().splitlines()
-    assert "D f150" in d and "M f050" in d and "A moved" in d
+    assert "D f150" in d and "M f050" in d and "A moved" in d and "M f007" in d
+    assert ctl.turn(sid, "write one.txt 1").returncode == 0
+    assert files_under(tree / "layer-2" / "upper" / "workspace") == ["one.txt"]
+    assert files_under(tree / "layer-3" / "upper") == []
+    d = ctl("diff", sid, check=True).stdout.decode().splitlines()
+    assert [l for l in d if not l.startswith(" ")][:1] == ["A one.txt"], d
     # What the checkpoint holds is what the agent sees: a fresh sandbox
     # restored from it sees the same tree.
     look = "run cd /workspace && ls -lA --time-style=full-iso && stat -c '%y %a %s' ."
@@ -451,6 +463,39 @@ def test_layered_workspace_lower_shared_never_written_upper_holds_the_turn(ctl, 
     ctl.stop_all()
     assert [p.name for p in (ctl.state / "lowers" / "local").iterdir()
             if not p.name.startswith(".")] == []
+
+
+def test_new_layer_waits_for_nothing_and_a_busy_sandbox_keeps_its_layer(ctl):
+    p = ctl.run("write a.txt 1")
+    sid = ctl.session_of(p)
+    s, _ = ctl.show(sid)
+    tree = tree_of(ctl, sid)
+    # Someone else's command still runs in the sandbox when the turn ends:
+    # no new layer under it (what it writes after the checkpoint stays
+    # where the next checkpoint reads it); the next turn writes on in the
+    # same layer.
+    bg = subprocess.Popen([ctl.a.bin, "sandbox", "exec", s["sandbox"], "--", "sh", "-c",
+                           "echo bg > /workspace/bg.txt; sleep 3; echo late >> /workspace/bg.txt"],
+                          env=ctl.a.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for _ in range(100):
+            if (tree / "layer-1" / "upper" / "workspace" / "bg.txt").exists():
+                break
+            time.sleep(0.05)
+        top = (tree / "top").read_text()
+        assert top.startswith("1 ")
+        assert ctl.turn(sid, "write b.txt 2").returncode == 0
+        assert (tree / "top").read_text() == top and not (tree / "layer-2").exists()
+    finally:
+        assert bg.wait(timeout=30) == 0, bg.stderr.read()
+    assert files_under(tree / "layer-1" / "upper" / "workspace") == ["b.txt", "bg.txt"]
+    # Idle again: this turn's layer is closed after it, its checkpoint
+    # holding everything, the late line included.
+    assert ctl.turn(sid, "run cat /workspace/bg.txt").returncode == 0
+    assert last_text(ctl, sid) == "exit 0\nbg\nlate\n"
+    assert (tree / "top").read_text().startswith("2 ")
+    d = ctl("diff", sid, "3", check=True).stdout.decode()
+    assert "M bg.txt" in d, d
 
 
 # ---- tenants ----
