@@ -355,7 +355,7 @@ void sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *sta
 			    sizeof(why));
 		if (r < 0) {
 			char text[320];
-			snprintf(text, sizeof(text), "%s: %s", why, strerror(-r));
+			snprintf(text, sizeof(text), "%s: %s", why, al_strerror(-r));
 			(void)write_full(pipefd[1], text, strlen(text));
 		}
 		_exit(r < 0 ? 1 : 0);
