@@ -213,6 +213,27 @@ class Airlock:
         self.ovwork = os.path.join(self.dir, "work")
         self.merged = os.path.join(self.dir, "merged")
         self.base = None
+        # a session's sandbox: a new upper layer per turn over the ones before
+        self.smerged = os.path.join(self.dir, "smerged")
+        self.suppers = []  # upper directories, oldest first
+        self.slast = None  # the checkpoint the layers under the newest hold
+
+    def stack_mount(self, mounts):
+        """A new, empty upper layer over the ones so far (as airlock does
+        after a turn in a kept sandbox); returns the seconds it took."""
+        t0 = time.monotonic()
+        if os.path.ismount(self.smerged):
+            run(["umount", self.smerged])
+        k = len(self.suppers)
+        up, wk = os.path.join(self.dir, f"s{k}-upper"), os.path.join(self.dir, f"s{k}-work")
+        os.makedirs(up)
+        os.makedirs(wk)
+        lowers = ":".join(list(reversed(self.suppers)) + [self.lower])
+        run(["mount", "-t", "overlay", "overlay", "-o",
+             f"lowerdir={lowers},upperdir={up},workdir={wk},"
+             "redirect_dir=off,metacopy=off,index=off", self.smerged])
+        self.suppers.append(up)
+        return time.monotonic() - t0
 
     def ck(self, *args):
         return [self.bin, "checkpoint", *args, "--store", self.store, "--key", self.key]
@@ -283,15 +304,18 @@ def main_run(work):
         note(f"{b.name}: restoring the first checkpoint as the overlay's lower layer")
         res = timed(b.ck("restore", b.base, "--to", b.lower))
         rec(0, "restore", b.name, res)
-        for d in (b.upper, b.ovwork, b.merged):
+        for d in (b.upper, b.ovwork, b.merged, b.smerged):
             os.makedirs(d)
         run(["mount", "-t", "overlay", "overlay", "-o",
              f"lowerdir={b.lower},upperdir={b.upper},workdir={b.ovwork},"
              "redirect_dir=off,metacopy=off,index=off", b.merged])
         with open(mounts, "a") as f:
-            f.write(b.merged + "\n")
-        # the layered session starts from the first checkpoint, as a fork would
+            f.write(b.merged + "\n" + b.smerged + "\n")
+        b.stack_mount(mounts)
+        # the layered sessions start from the first checkpoint, as a fork would
         run(b.ck("adopt", b.base, "--session", "layer"))
+        run(b.ck("adopt", b.base, "--session", "stack"))
+        b.slast = b.base
     gitdir = os.path.join(work, "shadow.git")
     genv = {"GIT_DIR": gitdir, "GIT_WORK_TREE": tree}
     run(["git", "init", "-q"], env={**os.environ, "GIT_DIR": gitdir})
@@ -308,7 +332,7 @@ def main_run(work):
     # ---- the rounds: a turn changes 1 file, then 1% of the files
     tools = []
     for b in builds:
-        tools += [(b, "plain"), (b, "layered")]
+        tools += [(b, "plain"), (b, "layered"), (b, "per-turn layer")]
     tools += [(None, "git"), (None, "tar")]
     changed = []
     ids = {}
@@ -318,7 +342,13 @@ def main_run(work):
         for phase, n in (("one", 1), ("pct", n_pct)):
             pick = random.Random(f"turn-{r}-{phase}").sample(files, n)
             changed += pick
-            change([tree] + [b.merged for b in builds], pick, f"{r}-{phase}", journal)
+            for b in builds:
+                if r > 1 or phase != "one":
+                    rows.append({"round": r, "phase": phase, "tool": f"{b.name} new layer",
+                                 "wall_s": round(b.stack_mount(mounts), 5), "cpu_s": 0,
+                                 "sync_after_s": 0})
+            change([tree] + [b.merged for b in builds] + [b.smerged for b in builds], pick,
+                   f"{r}-{phase}", journal)
             for b, t in order:
                 if t == "plain":
                     res = timed(b.ck("create", "--workspace", tree, "--session", "plain"))
@@ -329,6 +359,11 @@ def main_run(work):
                                      "--session", "layer"))
                     rec(r, phase, f"{b.name} layered", res, {"summary": summary(res[4])})
                     ids[(b.name, "layered")] = res[3].strip()
+                elif t == "per-turn layer":
+                    res = timed(b.ck("create", "--upper", b.suppers[-1], "--lower", b.slast,
+                                     "--session", "stack"))
+                    rec(r, phase, f"{b.name} per-turn layer", res, {"summary": summary(res[4])})
+                    b.slast = ids[(b.name, "per-turn layer")] = res[3].strip()
                 elif t == "git":
                     rec(r, phase, "git", timed(git_cmd, genv))
                 else:
@@ -338,7 +373,7 @@ def main_run(work):
     # ---- checks: each checkpoint differs from the first by the changed files
     want = sorted(set(changed))
     for b in builds:
-        for t in ("plain", "layered"):
+        for t in ("plain", "layered", "per-turn layer"):
             d = run(b.ck("diff", b.base, ids[(b.name, t)], "--names-only"))
             got = sorted(l[2:] for l in d.splitlines())
             bad = [l for l in d.splitlines() if not l.startswith("M ")]
@@ -351,10 +386,11 @@ def main_run(work):
         b = builds[0]
         note(f"{b.name}: restoring the last checkpoints and comparing them with the tree")
         src = listing(tree)
-        for t in ("plain", "layered"):
-            to = os.path.join(b.dir, f"verify-{t}")
+        for t in ("plain", "layered", "per-turn layer"):
+            to = os.path.join(b.dir, f"verify-{t.replace(' ', '-')}")
             run(b.ck("restore", ids[(b.name, t)], "--to", to))
-            compare(src if t == "plain" else listing(b.merged), listing(to),
+            seen = {"plain": tree, "layered": b.merged}.get(t, b.smerged)
+            compare(src if t == "plain" else listing(seen), listing(to),
                     f"{b.name} {t} restore")
             run(["rm", "-rf", to])
             note(f"{b.name} {t}: the restore equals the tree (paths, modes, sizes, mtimes, "
@@ -440,7 +476,8 @@ def report(rows, meta, builds, out_json):
     print(hdr)
     tools = []
     for b in builds:
-        tools += [f"{b.name} layered", f"{b.name} plain"]
+        tools += [f"{b.name} per-turn layer", f"{b.name} new layer", f"{b.name} layered",
+                  f"{b.name} plain"]
     tools += ["git", "tar"]
     for t in tools:
         cells = []
@@ -450,7 +487,7 @@ def report(rows, meta, builds, out_json):
         print(f"{t:28}{cells[0]:>26}{cells[1]:>26}")
     print()
     for b in builds:
-        for t in ("layered", "plain"):
+        for t in ("per-turn layer", "layered", "plain"):
             for ph in ("one", "pct"):
                 a, g, z = p50(ph, f"{b.name} {t}"), p50(ph, "git"), p50(ph, "tar")
                 if a and g and z:

@@ -1957,19 +1957,33 @@ int ctl_db_recover(struct ctl_db *db, void (*gone)(const char *sandbox_id, void 
 int ctl_db_event_append(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
 			const char *kind, const char *data, uint64_t *ret_seq, struct al_error *err)
 {
+	const struct ctl_event_in e = { kind, data };
+	return ctl_db_event_append_many(db, tenant, session, n, &e, 1, ret_seq, err);
+}
+
+int ctl_db_event_append_many(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
+			     const struct ctl_event_in *ev, size_t count, uint64_t *ret_first_seq,
+			     struct al_error *err)
+{
 	int r = check_tenant(tenant, err);
 	if (r < 0)
 		return r;
 	if ((r = check_session_id(session, err)) < 0)
 		return r;
-	if (!kind || !name_valid(kind, KIND_MAX, "_"))
-		return al_error_set(err, -EINVAL, "invalid event kind: 1 to %d of a-z, 0-9, '_'",
-				    KIND_MAX);
-	if (!data)
-		return al_error_set(err, -EINVAL, "no event data");
-	if ((r = check_len(data, CTL_EVENT_DATA_MAX, "the event's data", err)) < 0)
-		return r;
+	if (count == 0 || count > CTL_EVENTS_BATCH_MAX)
+		return al_error_set(err, -EINVAL, "1 to %d events at a time", CTL_EVENTS_BATCH_MAX);
+	for (size_t i = 0; i < count; i++) {
+		if (!ev[i].kind || !name_valid(ev[i].kind, KIND_MAX, "_"))
+			return al_error_set(err, -EINVAL,
+					    "invalid event kind: 1 to %d of a-z, 0-9, '_'",
+					    KIND_MAX);
+		if (!ev[i].data)
+			return al_error_set(err, -EINVAL, "no event data");
+		if ((r = check_len(ev[i].data, CTL_EVENT_DATA_MAX, "the event's data", err)) < 0)
+			return r;
+	}
 
+	/* All in one transaction: a burst of events costs one commit. */
 	_cleanup_tx_ struct tx tx = { 0 };
 	r = tx_begin(db, &tx, err);
 	if (r < 0)
@@ -1981,7 +1995,7 @@ int ctl_db_event_append(struct ctl_db *db, const char *tenant, const char *sessi
 	r = turn_state(db, tenant, session, n, &cur, err);
 	if (r < 0)
 		return r;
-	/* The next number: the primary key's last entry, under the write
+	/* The next numbers: the primary key's last entry, under the write
 	 * lock. */
 	_cleanup_q_ struct q q = { 0 };
 	r = q_prepare(db, &q,
@@ -1991,28 +2005,40 @@ int ctl_db_event_append(struct ctl_db *db, const char *tenant, const char *sessi
 		      "cannot append the event", err);
 	if (r < 0)
 		return r;
-	q_text(&q, 1, tenant);
-	q_text(&q, 2, session);
-	q_int(&q, 3, n);
-	q_int(&q, 4, now_ms());
-	q_text(&q, 5, kind);
-	q_text(&q, 6, data);
-	r = q_step(&q, err);
-	if (r < 0)
-		return r;
-	if (r == 0)
-		return al_error_set(err, -EIO, "control database: the event got no number");
-	uint64_t seq = (uint64_t)sqlite3_column_int64(q.st, 0);
-	/* RETURNING: the insert is finished only when the statement is. */
-	r = q_step(&q, err);
-	if (r < 0)
-		return r;
+	uint64_t first = 0;
+	int64_t at = now_ms();
+	for (size_t i = 0; i < count; i++) {
+		if (i > 0) {
+			sqlite3_reset(q.st);
+			sqlite3_clear_bindings(q.st);
+		}
+		q_text(&q, 1, tenant);
+		q_text(&q, 2, session);
+		q_int(&q, 3, n);
+		q_int(&q, 4, at);
+		q_text(&q, 5, ev[i].kind);
+		q_text(&q, 6, ev[i].data);
+		r = q_step(&q, err);
+		if (r < 0)
+			return r;
+		if (r == 0)
+			return al_error_set(err, -EIO, "control database: the event got no number");
+		uint64_t seq = (uint64_t)sqlite3_column_int64(q.st, 0);
+		if (i == 0)
+			first = seq;
+		else if (seq != first + i)
+			return al_error_set(err, -EIO, "control database: events out of order");
+		/* RETURNING: the insert is finished only when the statement is. */
+		r = q_step(&q, err);
+		if (r < 0)
+			return r;
+	}
 	q_finalize(&q);
 	r = tx_commit(&tx, err);
 	if (r < 0)
 		return r;
-	if (ret_seq)
-		*ret_seq = seq;
+	if (ret_first_seq)
+		*ret_first_seq = first;
 	return 0;
 }
 

@@ -229,6 +229,15 @@ int ctl_db_recover(struct ctl_db *db, void (*gone)(const char *sandbox_id, void 
 int ctl_db_event_append(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
 			const char *kind, const char *data, uint64_t *ret_seq,
 			struct al_error *err);
+/* Appends count events (at most CTL_EVENTS_BATCH_MAX) to turn n in one
+ * transaction, numbered from *ret_first_seq on, in order. */
+struct ctl_event_in {
+	const char *kind, *data;
+};
+#define CTL_EVENTS_BATCH_MAX 1024
+int ctl_db_event_append_many(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
+			     const struct ctl_event_in *ev, size_t count, uint64_t *ret_first_seq,
+			     struct al_error *err);
 struct ctl_event_row {
 	uint64_t seq;
 	uint32_t turn;

@@ -1505,6 +1505,15 @@ fail:;
 
 /* ---- turns ---- */
 
+/* Events a turn stores at most; what comes after is counted and said in
+ * one last status event. */
+#define TURN_EVENTS_MAX 20000
+/* Events are stored in batches (one transaction each): when the agent
+ * pauses, or at CTL_EVENTS_BATCH_MAX events, EVENTS_BATCH_BYTES of data or
+ * EVENTS_BATCH_MS after the first waiting one. */
+#define EVENTS_BATCH_BYTES (1024 * 1024)
+#define EVENTS_BATCH_MS 100
+
 struct turn_io {
 	struct ctl_ctx *c;
 	const struct ctl_session *s;
@@ -1514,23 +1523,89 @@ struct turn_io {
 	int out_fd, err_fd; /* read ends */
 	int rc;
 	struct al_error err;
+	struct ctl_event_in pend[CTL_EVENTS_BATCH_MAX]; /* copies, to be stored */
+	size_t n_pend, pend_bytes;
+	int64_t pend_since;
+	uint64_t stored, dropped;
 };
+
+static void events_drop_pending(struct turn_io *t)
+{
+	for (size_t i = 0; i < t->n_pend; i++) {
+		free((char *)t->pend[i].kind);
+		free((char *)t->pend[i].data);
+	}
+	t->n_pend = t->pend_bytes = 0;
+}
+
+/* Stores the waiting events in one transaction, then shows them. */
+static int events_flush(struct turn_io *t)
+{
+	if (t->n_pend == 0)
+		return 0;
+	uint64_t first = 0;
+	int r = ctl_db_event_append_many(t->c->db, t->s->tenant, t->s->id, t->n, t->pend, t->n_pend,
+					 &first, &t->err);
+	if (r >= 0) {
+		t->stored += t->n_pend;
+		for (size_t i = 0; t->obs && t->obs->event && i < t->n_pend; i++) {
+			struct ctl_event_row e = { .seq = first + i,
+						   .turn = t->n,
+						   .at = now_ms(),
+						   .kind = t->pend[i].kind,
+						   .data = t->pend[i].data };
+			t->obs->event(&e, t->obs->ud);
+		}
+	}
+	events_drop_pending(t);
+	return r;
+}
 
 static int on_event(const char *kind, const char *data, void *ud)
 {
 	struct turn_io *t = ud;
-	uint64_t seq = 0;
-	int r = ctl_db_event_append(t->c->db, t->s->tenant, t->s->id, t->n, kind, data, &seq,
-				    &t->err);
-	if (r < 0)
-		return r;
-	if (t->obs && t->obs->event) {
-		struct ctl_event_row e = {
-			.seq = seq, .turn = t->n, .at = now_ms(), .kind = kind, .data = data
-		};
-		t->obs->event(&e, t->obs->ud);
+	if (t->stored + t->n_pend >= TURN_EVENTS_MAX) {
+		t->dropped++;
+		return 0;
 	}
+	char *k = strdup(kind), *d = strdup(data);
+	if (!k || !d) {
+		free(k);
+		free(d);
+		return al_error_set(&t->err, -ENOMEM, "out of memory");
+	}
+	if (t->n_pend == 0)
+		t->pend_since = now_ms();
+	t->pend[t->n_pend++] = (struct ctl_event_in){ k, d };
+	t->pend_bytes += strlen(d);
+	if (t->n_pend == CTL_EVENTS_BATCH_MAX || t->pend_bytes >= EVENTS_BATCH_BYTES ||
+	    now_ms() - t->pend_since >= EVENTS_BATCH_MS)
+		return events_flush(t);
 	return 0;
+}
+
+/* The last of a turn's events: what is waiting, and the count of those
+ * past the cap. */
+static int events_finish(struct turn_io *t)
+{
+	int r = events_flush(t);
+	if (r >= 0 && t->dropped) {
+		char data[160];
+		snprintf(data, sizeof(data),
+			 "{\"message\":\"%" PRIu64 " more events were not stored (at most %d "
+			 "per turn)\"}",
+			 t->dropped, TURN_EVENTS_MAX);
+		t->dropped = 0;
+		char *k = strdup("status"), *d = strdup(data);
+		if (!k || !d) {
+			free(k);
+			free(d);
+			return al_error_set(&t->err, -ENOMEM, "out of memory");
+		}
+		t->pend[t->n_pend++] = (struct ctl_event_in){ k, d };
+		r = events_flush(t);
+	}
+	return r;
 }
 
 /* Reads the agent's stdout and stderr until both end. */
@@ -1542,11 +1617,19 @@ static void *turn_reader(void *ud)
 	while (open_out || open_err) {
 		struct pollfd p[2] = { { .fd = open_out ? t->out_fd : -1, .events = POLLIN },
 				       { .fd = open_err ? t->err_fd : -1, .events = POLLIN } };
-		if (poll(p, 2, -1) < 0) {
+		/* Events waiting are stored as soon as the agent pauses. */
+		int pr = poll(p, 2, t->n_pend ? 0 : -1);
+		if (pr < 0) {
 			if (errno == EINTR)
 				continue;
 			t->rc = -errno;
 			break;
+		}
+		if (pr == 0) {
+			int r = events_flush(t);
+			if (r < 0 && t->rc == 0)
+				t->rc = r;
+			continue;
 		}
 		for (int i = 0; i < 2; i++) {
 			if (!p[i].revents)
@@ -1711,6 +1794,7 @@ static int turn_agent(struct ctl_ctx *c, const struct ctl_session *s, const stru
 	errp[1] = safe_close(errp[1]);
 	pthread_join(th, NULL);
 	if (r < 0) {
+		(void)events_finish(&io);
 		/* The sandbox failed under the agent (lost, killed, destroyed
 		 * by a cancel): a failed turn, not airlock's own error. */
 		oc->succeeded = false;
@@ -1723,6 +1807,9 @@ static int turn_agent(struct ctl_ctx *c, const struct ctl_session *s, const stru
 	bool exited = res.outcome == SBX_EXITED;
 	int status = exited ? res.status : res.outcome == SBX_SIGNALED ? res.status : -1;
 	ctl_agentout_finish(io.ao, exited, status, oc);
+	int fr = events_finish(&io);
+	if (fr < 0 && io.rc == 0)
+		io.rc = fr;
 	if (oc->succeeded && io.rc < 0) {
 		oc->succeeded = false;
 		snprintf(oc->reason, sizeof(oc->reason),
@@ -1759,6 +1846,7 @@ out:
 	safe_close(errp[0]);
 	safe_close(errp[1]);
 	ctl_agentout_free(io.ao);
+	events_drop_pending(&io);
 	for (size_t i = 0; i < n_env; i++)
 		free(env[i]);
 	free(env);

@@ -145,6 +145,11 @@ elif verb == "apierror":
 elif verb == "exit1":
     result("done")
     sys.exit(1)
+elif verb == "many":
+    for i in range(int(words[1])):
+        out({"type": "assistant", "session_id": sid, "message": {"content": [
+            {"type": "text", "text": f"e{i}"}]}})
+    result("many")
 elif verb == "flood":
     line = "x" * 1000
     for i in range(int(words[1])):

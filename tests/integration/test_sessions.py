@@ -258,6 +258,28 @@ def test_flood_bounded(ctl):
     assert "limit" in ctl.result(p)["reason"]
 
 
+def test_events_batched_and_capped_per_turn(ctl):
+    # Small events in their tens of thousands (well inside the output
+    # limit): stored in order, in batches, up to the per-turn cap; the rest
+    # counted in one last status event.
+    t0 = time.monotonic()
+    p = ctl.run("many 25000", timeout=300)
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stderr
+    ev = ctl.events(ctl.session_of(p))
+    assert [e["seq"] for e in ev] == list(range(1, len(ev) + 1))
+    got = [e["data"]["text"] for e in ev if e["kind"] == "text"]
+    assert got[:3] == ["e0", "e1", "e2"] and len(got) < 20000
+    assert got == [f"e{i}" for i in range(len(got))]
+    assert len(ev) == 20001, len(ev)
+    last = ev[-1]
+    assert last["kind"] == "status" and "were not stored (at most 20000 per turn)" in \
+        last["data"]["message"], last
+    more = int(last["data"]["message"].split()[0])
+    assert more + 20000 > 25000
+    print(f"25,000 events in {took:.1f} s")
+
+
 def test_secrets_redacted_in_events(ctl):
     key = "sk-ant-api03-" + "Q" * 80 + "-AAAAAA"
     p = ctl.run("secret " + key)
