@@ -690,6 +690,53 @@ static void probe_all(struct ctl_db *db, const char *tenant, const char *id, con
 	assert_int_equal(listed, 0);
 }
 
+static int collect_seq(const struct ctl_event_row *e, void *ud)
+{
+	uint64_t *v = ud;
+	v[v[0] + 1] = e->seq;
+	v[0]++;
+	return 0;
+}
+
+static void test_event_batches(void **state)
+{
+	struct ctl_db *db = open_ok();
+	char id[CTL_ID_LEN + 1];
+	sid(id, 0xba7c);
+	add_session(db, "alice", id);
+	assert_int_equal(queue_ok(db, "alice", id, "p1"), 1);
+	assert_int_equal(claim_ok(db, "alice", id), 1);
+	struct al_error err = { 0 };
+	uint64_t first = 0;
+	assert_int_equal(ctl_db_event_append(db, "alice", id, 1, "text", "{}", &first, &err), 0);
+	assert_int_equal(first, 1);
+	struct ctl_event_in ev[3] = { { "text", "{\"text\":\"a\"}" },
+				      { "tool_call", "{}" },
+				      { "usage", "{}" } };
+	assert_int_equal(ctl_db_event_append_many(db, "alice", id, 1, ev, 3, &first, &err), 0);
+	assert_int_equal(first, 2);
+	/* One bad event refuses the whole batch: nothing of it is stored. */
+	struct ctl_event_in bad[2] = { { "text", "{}" }, { "Bad Kind", "{}" } };
+	assert_int_equal(ctl_db_event_append_many(db, "alice", id, 1, bad, 2, &first, &err),
+			 -EINVAL);
+	assert_int_equal(ctl_db_event_append_many(db, "alice", id, 1, ev, 0, &first, &err),
+			 -EINVAL);
+	assert_int_equal(ctl_db_event_append_many(db, "alice", id, 1, ev, CTL_EVENTS_BATCH_MAX + 1,
+						  &first, &err),
+			 -EINVAL);
+	/* Another tenant's session, or a turn that is not there: refused. */
+	assert_int_equal(ctl_db_event_append_many(db, "mallory", id, 1, ev, 3, &first, &err),
+			 -ENOENT);
+	assert_int_equal(ctl_db_event_append_many(db, "alice", id, 9, ev, 3, &first, &err),
+			 -ENOENT);
+	uint64_t seqs[8] = { 0 };
+	assert_int_equal(ctl_db_event_list(db, "alice", id, 0, 0, collect_seq, seqs, &err), 0);
+	assert_int_equal(seqs[0], 4);
+	for (uint64_t i = 1; i <= 4; i++)
+		assert_int_equal(seqs[i], i);
+	ctl_db_close(db);
+}
+
 static void test_tenant_isolation(void **state)
 {
 	struct ctl_db *db = open_ok();
@@ -1701,6 +1748,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_session_delete, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bounds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_event_batches, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_processes_share_the_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_anywhere, setup, teardown),
