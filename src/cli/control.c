@@ -173,20 +173,53 @@ static void on_progress(const char *line, void *ud)
  * all: colours, titles, clipboard writes, cursor moves) and C1 controls
  * shown escaped, never sent; newlines kept where multiline.
  */
+/* The length of the valid UTF-8 sequence at s (n bytes left), or 0. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0];
+	size_t len = c >= 0xc2 && c <= 0xdf ? 2 :
+		     c >= 0xe0 && c <= 0xef ? 3 :
+		     c >= 0xf0 && c <= 0xf4 ? 4 :
+					      0;
+	if (len == 0 || len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	/* No overlong forms, no surrogates, nothing past U+10FFFF. */
+	if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) ||
+	    (c == 0xf0 && s[1] < 0x90) || (c == 0xf4 && s[1] > 0x8f))
+		return 0;
+	return len;
+}
+
+/*
+ * Text from an agent or a workspace, made harmless for a terminal: control
+ * characters (C0, DEL, and C1 written as UTF-8) as escapes, and any byte
+ * that is not part of valid UTF-8 as \xNN (a lone 0x9b is a CSI to a
+ * terminal that is not in UTF-8).
+ */
 static void put_safe(FILE *f, const char *s, size_t n, bool multiline)
 {
+	const unsigned char *u = (const unsigned char *)s;
 	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if ((c == '\n' && multiline) || c == '\t' ||
-		    (c >= 0x20 && c != 0x7f && c != 0xc2)) {
-			fputc(c, f);
-		} else if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
-			   (unsigned char)s[i + 1] <= 0x9f) {
-			fprintf(f, "\\u%04x", (unsigned char)s[++i]);
-		} else if (c == 0xc2) {
-			fputc(c, f);
-		} else {
+		unsigned char c = u[i];
+		if (c < 0x80) {
+			if ((c == '\n' && multiline) || c == '\t' || (c >= 0x20 && c != 0x7f))
+				fputc(c, f);
+			else
+				fprintf(f, "\\x%02x", c);
+			continue;
+		}
+		size_t len = utf8_len(u + i, n - i);
+		if (len == 0) {
 			fprintf(f, "\\x%02x", c);
+		} else if (c == 0xc2 && u[i + 1] <= 0x9f) {
+			fprintf(f, "\\u%04x", u[i + 1]);
+			i++;
+		} else {
+			fwrite(u + i, 1, len, f);
+			i += len - 1;
 		}
 	}
 }
@@ -582,6 +615,17 @@ static int cmd_cancel(struct opts *o)
 
 /* ---- vault ---- */
 
+/* The terminal as it was before `vault set` turned echo off: put back by
+ * a signal that ends the command too (tcsetattr is async-signal-safe). */
+static struct termios vault_saved_tty;
+
+static void vault_restore_tty(int sig)
+{
+	(void)tcsetattr(0, TCSAFLUSH, &vault_saved_tty);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 static int cmd_vault(struct opts *o)
 {
 	struct al_error err = { 0 };
@@ -595,17 +639,25 @@ static int cmd_vault(struct opts *o)
 		r = al_error_set_errno(&err, -errno, "cannot create %s", conf->state_dir);
 	else if (strcmp(verb, "set") == 0 && o->n_args == 2) {
 		/* On a terminal the key is typed (or pasted) unseen. */
-		struct termios saved, quiet;
-		bool tty = isatty(0) && tcgetattr(0, &saved) == 0;
+		struct termios quiet;
+		bool tty = isatty(0) && tcgetattr(0, &vault_saved_tty) == 0;
+		static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP };
+		struct sigaction old[ARRAY_SIZE(sigs)];
 		if (tty) {
-			quiet = saved;
+			struct sigaction sa = { .sa_handler = vault_restore_tty };
+			sigemptyset(&sa.sa_mask);
+			for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
+				sigaction(sigs[i], &sa, &old[i]);
+			quiet = vault_saved_tty;
 			quiet.c_lflag &= ~(tcflag_t)(ECHO | ECHONL);
 			(void)tcsetattr(0, TCSAFLUSH, &quiet);
 			fprintf(stderr, "airlock: the value of %s, then Enter: ", o->args[1]);
 		}
 		r = ctl_vault_set_stdin(conf->vault, o->args[1], &err);
 		if (tty) {
-			(void)tcsetattr(0, TCSAFLUSH, &saved);
+			(void)tcsetattr(0, TCSAFLUSH, &vault_saved_tty);
+			for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
+				sigaction(sigs[i], &old[i], NULL);
 			fputc('\n', stderr);
 		}
 	} else if ((strcmp(verb, "rm") == 0 || strcmp(verb, "delete") == 0) && o->n_args == 2) {

@@ -98,7 +98,11 @@ elif verb == "badsid":
     out({"type": "result", "subtype": "success", "is_error": False, "result": "ok",
          "session_id": "--upload-pack.evil", "usage": {"input_tokens": 1, "output_tokens": 1}})
 elif verb == "escape":
-    result("\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07\x1b[2Jtext")
+    # C1 control sequences too: a lone 0x9b byte in a file name (a CSI to a
+    # terminal not in UTF-8) and U+009B in UTF-8.
+    open(b"/workspace/c1-\x9b2J-raw", "w").close()
+    open("/workspace/c1-\u009b2J-utf8", "w").close()
+    result("\x1b]52;c;ZXZpbA==\x07\x1b]0;pwned\x07\x1b[2J\u009b2Jtext")
 elif verb == "deep":
     d = "/workspace/deep"
     os.makedirs(d, exist_ok=True)

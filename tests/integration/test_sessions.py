@@ -90,6 +90,12 @@ class Ctl:
         assert s, f"no session id: {p.stdout!r} {p.stderr!r}"
         return s[0]
 
+    @staticmethod
+    def session_of_human(p):
+        s = [l for l in p.stderr.decode().splitlines() if l.startswith("airlock: session ")]
+        assert s, p.stderr
+        return s[0].split()[-1]
+
     def show(self, sid):
         p = self("session", "show", "--json", sid, check=True)
         lines = self.lines(p)
@@ -714,8 +720,10 @@ def test_links_in_the_tree_are_never_followed_and_names_cannot_forge_lines(ctl, 
 def test_terminal_sequences_from_the_agent_never_reach_the_terminal(ctl):
     p = ctl("run", "--preset", "fake", "escape")
     assert p.returncode == 0
-    assert b"\x1b" not in p.stdout and b"\x07" not in p.stdout
-    assert b"text" in p.stdout
+    for out in (p.stdout, ctl("diff", ctl.session_of_human(p), check=True).stdout):
+        assert b"\x1b" not in out and b"\x07" not in out
+        assert b"\x9b" not in out, out  # neither alone nor as UTF-8's c2 9b
+    assert b"text" in p.stdout and b"c1-" in p.stdout
 
 
 def test_options_cannot_be_smuggled_in_a_message_or_a_session_id(ctl):
@@ -755,3 +763,30 @@ def test_vault_refuses_what_the_gateway_would_not_load_and_loses_no_update(ctl):
         assert pr.returncode == 0
     names = ctl("vault", "list").stdout.decode().split()
     assert sorted(names) == sorted(["good"] + [f"k{i}" for i in range(12)])
+
+
+def test_vault_set_on_a_terminal_hides_the_value_and_ctrl_c_gives_echo_back(ctl):
+    import pty
+    import termios
+    ctl.state.mkdir(mode=0o700, exist_ok=True)
+    master, slave = pty.openpty()
+    try:
+        pr = subprocess.Popen([ctl.a.bin, "vault", "--config", str(ctl.conf), "set", "typed"],
+                              env=ctl.a.env, stdin=slave, stdout=slave, stderr=slave,
+                              start_new_session=True)
+        # The prompt, then echo off while the value is typed.
+        seen = b""
+        deadline = time.monotonic() + 30
+        while b"then Enter" not in seen and time.monotonic() < deadline:
+            seen += os.read(master, 4096)
+        assert b"then Enter" in seen, seen
+        assert not termios.tcgetattr(slave)[3] & termios.ECHO
+        os.write(master, b"half-typ")
+        os.killpg(pr.pid, signal.SIGINT)
+        assert pr.wait(timeout=30) == -signal.SIGINT
+        # The terminal has its echo back; nothing was stored.
+        assert termios.tcgetattr(slave)[3] & termios.ECHO
+        assert ctl("vault", "list").stdout == b""
+    finally:
+        os.close(master)
+        os.close(slave)
