@@ -1718,10 +1718,14 @@ int ctl_db_turn_cancel_take(struct ctl_db *db, const char *tenant, const char *s
 	if (r < 0)
 		return r;
 	_cleanup_q_ struct q q = { 0 };
-	if (n == 0) {
+	if (n == 0 || n == CTL_TURN_CURRENT) {
+		/* 0: the latest turn not ended; CTL_TURN_CURRENT: the running
+		 * one, else the first queued. */
 		r = q_prepare(db, &q,
-			      "SELECT n FROM turns WHERE tenant = ?1 AND session = ?2 "
-			      "AND state IN (0, 1) ORDER BY n DESC LIMIT 1",
+			      n == 0 ? "SELECT n FROM turns WHERE tenant = ?1 AND session = ?2 "
+				       "AND state IN (0, 1) ORDER BY n DESC LIMIT 1" :
+				       "SELECT n FROM turns WHERE tenant = ?1 AND session = ?2 "
+				       "AND state IN (0, 1) ORDER BY state DESC, n ASC LIMIT 1",
 			      "cannot read the turns", err);
 		if (r < 0)
 			return r;

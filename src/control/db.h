@@ -201,7 +201,9 @@ int ctl_db_turn_cancel(struct ctl_db *db, const char *tenant, const char *sessio
 		       const char *reason, uint32_t *ret_n, struct al_error *err);
 /* The same; when the turn cancelled was running, the session forgets its
  * sandbox in the same transaction and *ret_sandbox (size bytes) gets its
- * id for the caller to destroy ("" for none). */
+ * id for the caller to destroy ("" for none). n CTL_TURN_CURRENT: the
+ * running turn, else the first queued, chosen in the transaction. */
+#define CTL_TURN_CURRENT UINT32_MAX
 int ctl_db_turn_cancel_take(struct ctl_db *db, const char *tenant, const char *session, uint32_t n,
 			    const char *reason, uint32_t *ret_n, char *ret_sandbox, size_t size,
 			    struct al_error *err);

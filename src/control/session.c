@@ -2071,20 +2071,6 @@ fail:;
 	return r;
 }
 
-struct pick {
-	uint32_t running, queued;
-};
-
-static int pick_fn(const struct ctl_turn *t, void *ud)
-{
-	struct pick *p = ud;
-	if (t->state == CTL_TURN_RUNNING)
-		p->running = t->n;
-	else if (t->state == CTL_TURN_QUEUED && !p->queued)
-		p->queued = t->n;
-	return 0;
-}
-
 int ctl_turn_cancel(struct ctl_ctx *c, const char *tenant, const char *session, uint32_t *ret_n,
 		    struct al_error *err)
 {
@@ -2092,23 +2078,18 @@ int ctl_turn_cancel(struct ctl_ctx *c, const char *tenant, const char *session, 
 	int r = ctl_db_session_get(c->db, tenant, session, &s, err);
 	if (r < 0)
 		return r;
-	/* The running turn; with none, the first queued one. */
-	struct pick p = { 0 };
-	if ((r = ctl_db_turn_list(c->db, tenant, s.id, pick_fn, &p, err)) < 0)
-		return r;
-	uint32_t n = p.running ? p.running : p.queued;
-	if (!n)
-		return al_error_set(err, -ENOENT, "no turn of session %s is queued or running",
-				    s.id);
-	/* A running turn's sandbox is forgotten with the cancel, in one
+	/* The running turn; with none, the first queued one (chosen in the
+	 * cancel's own transaction: a turn that ends meanwhile is not it).
+	 * A running turn's sandbox is forgotten with the cancel, in one
 	 * transaction: no next turn can take it for the last checkpoint's. The
 	 * agent and everything it started go with it; its runner sees its
 	 * command end and records nothing more. */
 	char sbx[CTL_SANDBOX_ID_MAX + 1];
-	r = ctl_db_turn_cancel_take(c->db, tenant, s.id, n, "cancelled", ret_n, sbx, sizeof(sbx),
-				    err);
+	r = ctl_db_turn_cancel_take(c->db, tenant, s.id, CTL_TURN_CURRENT, "cancelled", ret_n, sbx,
+				    sizeof(sbx), err);
 	if (r < 0)
 		return r;
+	uint32_t n = *ret_n;
 	if (sbx[0]) {
 		struct al_error e2 = { 0 };
 		int dr = sbx_destroy(&c->set, sbx, &e2);

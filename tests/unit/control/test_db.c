@@ -737,6 +737,35 @@ static void test_event_batches(void **state)
 	ctl_db_close(db);
 }
 
+static void test_cancel_current(void **state)
+{
+	struct ctl_db *db = open_ok();
+	char id[CTL_ID_LEN + 1], sbx[CTL_SANDBOX_ID_MAX + 1];
+	sid(id, 0xca9c);
+	add_session(db, "alice", id);
+	struct al_error err = { 0 };
+	uint32_t n = 0;
+	/* Nothing to cancel. */
+	assert_int_equal(ctl_db_turn_cancel_take(db, "alice", id, CTL_TURN_CURRENT, "c", &n, sbx,
+						 sizeof(sbx), &err),
+			 -ENOENT);
+	assert_int_equal(queue_ok(db, "alice", id, "p1"), 1);
+	assert_int_equal(queue_ok(db, "alice", id, "p2"), 2);
+	assert_int_equal(queue_ok(db, "alice", id, "p3"), 3);
+	assert_int_equal(claim_ok(db, "alice", id), 1);
+	/* The running one first, then the first queued, not the latest. */
+	assert_int_equal(ctl_db_turn_cancel_take(db, "alice", id, CTL_TURN_CURRENT, "c", &n, sbx,
+						 sizeof(sbx), &err),
+			 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(ctl_db_turn_cancel_take(db, "alice", id, CTL_TURN_CURRENT, "c", &n, sbx,
+						 sizeof(sbx), &err),
+			 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(turn_state(db, "alice", id, 3), CTL_TURN_QUEUED);
+	ctl_db_close(db);
+}
+
 static void test_tenant_isolation(void **state)
 {
 	struct ctl_db *db = open_ok();
@@ -1749,6 +1778,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_session_delete, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_event_batches, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_current, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_processes_share_the_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_before_commit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_anywhere, setup, teardown),
