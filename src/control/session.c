@@ -851,8 +851,10 @@ struct sandbox_req {
 	const struct ctl_preset *preset;
 	const char *workspace, *home;
 	const char *lower, *layer; /* a layered tree instead */
-	const char *tools;	   /* the preset's tools directory, or NULL */
-	const char *grant;	   /* "github:OWNER/REPO" or NULL */
+	char *const *closed;	   /* and its closed layers, newest first */
+	size_t n_closed;
+	const char *tools; /* the preset's tools directory, or NULL */
+	const char *grant; /* "github:OWNER/REPO" or NULL */
 	const char *audit;
 	bool setup; /* the setup's sandbox: its own policy, tools writable */
 };
@@ -871,6 +873,8 @@ static int sandbox_start(struct ctl_ctx *c, const struct sandbox_req *q, char id
 		.home_path = q->home || q->lower ? p->agent->home : NULL,
 		.lower = q->lower,
 		.layer = q->layer,
+		.closed = q->closed,
+		.n_closed = q->n_closed,
 		.tools = q->tools,
 		.tools_writable = q->setup,
 		.network = p->network,
@@ -1079,14 +1083,54 @@ static int grant_check(const struct ctl_preset *p, const struct ctl_session *s,
 }
 
 /*
- * A sandbox for the session holding checkpoint ckpt: over the lower
- * directory of ckpt (restored if the tenant has none yet) with a new layer,
- * or on the plain tree of the session's directory named plain (while the
- * session is created: ckpt is "").
+ * The session's current tree again, for a fresh sandbox that starts from
+ * ckpt, when its closed layers over its lower directory hold exactly that
+ * (the last turn's checkpoint; its sandbox lost or discarded after a failed
+ * or cancelled turn): what the newest layer holds is not committed and
+ * goes, an empty one takes its place, nothing is restored. 1 when reused
+ * (name, *ret_k: the layer to write in; closed: the upper directories
+ * under it, newest first, to free), 0 when not.
  */
-static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
-			   const struct ctl_preset *p, const char *plain, const char *ckpt,
-			   const struct ctl_observer *obs, struct al_error *err)
+static int tree_reuse(struct ctl_ctx *c, const char *sdir, const char *ckpt, char *name,
+		      size_t size, unsigned *ret_k, char **closed, size_t *ret_n,
+		      struct al_error *err)
+{
+	char tree[PATH_MAX_CTL], base[CTL_CKPT_HEX + 1], top[CTL_CKPT_HEX + 1], path[PATH_MAX_CTL];
+	char lname[32];
+	unsigned k;
+	*ret_n = 0;
+	if (current_get(sdir, name, size) < 0 ||
+	    fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0 || tree_base(tree, base) < 0 ||
+	    !base[0] || tree_top(tree, &k, top) < 0 || strcmp(top, ckpt) != 0)
+		return 0;
+	/* Every layer from k on goes: a crash between a layer's start and its
+	 * record can leave one more. */
+	for (unsigned i = k; i < SBX_LOWERS_MAX + 1; i++) {
+		layer_name(i, lname, sizeof(lname));
+		if (fmt_path(path, sizeof(path), "%s/%s", tree, lname) < 0)
+			return 0;
+		if (rm_tree(path) < 0)
+			return al_error_set(err, -EIO, "cannot remove %s", path);
+	}
+	_cleanup_close_ int dfd = open(tree, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	layer_name(k, lname, sizeof(lname));
+	int r = dfd < 0 ? -errno : mkdir_owned_at(dfd, lname, 0755, c->conf->workspace_uid);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot create %s/%s", tree, lname);
+	for (unsigned i = k; i-- > 0;) {
+		layer_name(i, lname, sizeof(lname));
+		if (fmt_path(path, sizeof(path), "%s/%s/upper", tree, lname) < 0 ||
+		    !(closed[(*ret_n)++] = strdup(path)))
+			return al_error_set(err, -ENOMEM, "out of memory");
+	}
+	*ret_k = k;
+	return 1;
+}
+
+static int session_sandbox_in(struct ctl_ctx *c, const struct ctl_session *s,
+			      const struct ctl_preset *p, const char *plain, const char *ckpt,
+			      char **closed, size_t *n_closed, const struct ctl_observer *obs,
+			      struct al_error *err)
 {
 	char sdir[PATH_MAX_CTL], tools[PATH_MAX_CTL], name[32], lower[PATH_MAX_CTL] = "";
 	if (session_dir(c, s->tenant, s->id, sdir, sizeof(sdir)) < 0)
@@ -1094,6 +1138,8 @@ static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
 	int r = preset_setup(c, p, obs, -1, tools, sizeof(tools), err);
 	if (r < 0)
 		return r;
+	unsigned k = 0;
+	bool reused = false;
 	if (plain) {
 		snprintf(name, sizeof(name), "%s", plain);
 	} else {
@@ -1101,14 +1147,25 @@ static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
 		_cleanup_close_ int lk = lowers_lock(c, s->tenant, LOCK_SH, err);
 		if (lk < 0)
 			return lk;
-		if ((r = lower_get(c, s->tenant, ckpt, obs, lower, sizeof(lower), err)) < 0 ||
-		    (r = layer_new(c, sdir, ckpt, name, sizeof(name), err)) < 0)
+		char base[CTL_CKPT_HEX + 1] = "", tree[PATH_MAX_CTL];
+		r = tree_reuse(c, sdir, ckpt, name, sizeof(name), &k, closed, n_closed, err);
+		if (r < 0)
+			return r;
+		reused = r == 1;
+		if (reused && (fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0 ||
+			       tree_base(tree, base) < 0))
+			return al_error_set(err, -EBADMSG, "session %s: %s/base", s->id, name);
+		if ((r = lower_get(c, s->tenant, reused ? base : ckpt, obs, lower, sizeof(lower),
+				   err)) < 0 ||
+		    (!reused && (r = layer_new(c, sdir, ckpt, name, sizeof(name), err)) < 0))
 			return r;
 	}
 	char ws[PATH_MAX_CTL], home[PATH_MAX_CTL], layer[PATH_MAX_CTL], audit[PATH_MAX_CTL];
+	char lname[32];
+	layer_name(k, lname, sizeof(lname));
 	if (fmt_path(ws, sizeof(ws), "%s/%s/workspace", sdir, name) < 0 ||
 	    fmt_path(home, sizeof(home), "%s/%s/home", sdir, name) < 0 ||
-	    fmt_path(layer, sizeof(layer), "%s/%s/layer", sdir, name) < 0 ||
+	    fmt_path(layer, sizeof(layer), "%s/%s/%s", sdir, name, lname) < 0 ||
 	    fmt_path(audit, sizeof(audit), "%s/audit.jsonl", sdir) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	struct sandbox_req q = { .preset = p,
@@ -1116,6 +1173,8 @@ static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
 				 .home = plain ? home : NULL,
 				 .lower = plain ? NULL : lower,
 				 .layer = plain ? NULL : layer,
+				 .closed = closed,
+				 .n_closed = *n_closed,
 				 .tools = tools[0] ? tools : NULL,
 				 .grant = s->grant[0] ? s->grant : NULL,
 				 .audit = audit };
@@ -1124,7 +1183,7 @@ static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
 	r = sandbox_start(c, &q, id, err);
 	if (r < 0) {
 		char tp[PATH_MAX_CTL];
-		if (!plain && fmt_path(tp, sizeof(tp), "%s/%s", sdir, name) == 0)
+		if (!plain && !reused && fmt_path(tp, sizeof(tp), "%s/%s", sdir, name) == 0)
 			(void)rm_tree(tp);
 		return r;
 	}
@@ -1141,6 +1200,25 @@ static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
 	trees_prune(sdir, name);
 	lowers_gc(c, s->tenant, false);
 	return 0;
+}
+
+/*
+ * A sandbox for the session holding checkpoint ckpt: over the session's
+ * tree again when its closed layers hold ckpt (tree_reuse), else over the
+ * lower directory of ckpt (restored if the tenant has none yet) with a new
+ * layer; or on the plain tree of the session's directory named plain
+ * (while the session is created: ckpt is "").
+ */
+static int session_sandbox(struct ctl_ctx *c, const struct ctl_session *s,
+			   const struct ctl_preset *p, const char *plain, const char *ckpt,
+			   const struct ctl_observer *obs, struct al_error *err)
+{
+	char *closed[SBX_LOWERS_MAX] = { 0 };
+	size_t n_closed = 0;
+	int r = session_sandbox_in(c, s, p, plain, ckpt, closed, &n_closed, obs, err);
+	for (size_t i = 0; i < n_closed; i++)
+		free(closed[i]);
+	return r;
 }
 
 static void reported(const char *path, const char *what, void *ud)

@@ -68,12 +68,14 @@ struct sbx_rootfs_plan {
 	char work[SBX_PATH_MAX];
 	char workspace[SBX_PATH_MAX];
 	bool ws_idmap;
-	uint32_t ws_uid, ws_gid; /* on-disk owner of the workspace */
-	int ws_fd;		 /* O_PATH descriptor of --workspace, or -1 */
-	int home_fd;		 /* the home: O_PATH descriptor, then its tree; or -1 */
-	char home_rel[48];	 /* where inside, relative to "/": "root", "home/NAME" */
-	int tools_fd;		 /* the tools directory, as the home; or -1 */
-	int lower_fd, layer_fd;	 /* a layered tree's (struct sbx_spec.lower), as the home */
+	uint32_t ws_uid, ws_gid;	/* on-disk owner of the workspace */
+	int ws_fd;			/* O_PATH descriptor of --workspace, or -1 */
+	int home_fd;			/* the home: O_PATH descriptor, then its tree; or -1 */
+	char home_rel[48];		/* where inside, relative to "/": "root", "home/NAME" */
+	int tools_fd;			/* the tools directory, as the home; or -1 */
+	int lower_fd, layer_fd;		/* a layered tree's (struct sbx_spec.lower), as the home */
+	int closed_fds[SBX_LOWERS_MAX]; /* its closed layers, newest first */
+	size_t n_closed;
 	bool tools_writable;
 	uint32_t uid; /* host uid of root inside */
 	uint64_t tmp_size;
@@ -133,6 +135,8 @@ void sbx_rootfs_plan_free(struct sbx_rootfs_plan *plan)
 	safe_close(plan->tools_fd);
 	safe_close(plan->lower_fd);
 	safe_close(plan->layer_fd);
+	for (size_t i = 0; i < plan->n_closed; i++)
+		safe_close(plan->closed_fds[i]);
 	for (size_t i = 0; i < plan->n_layers; i++)
 		safe_close(plan->layers[i].fd);
 	free(plan->host_bundle);
@@ -152,6 +156,8 @@ size_t sbx_rootfs_plan_fds(const struct sbx_rootfs_plan *plan, int *out, size_t 
 		out[n++] = plan->lower_fd;
 	if (plan->layer_fd >= 0 && n < max)
 		out[n++] = plan->layer_fd;
+	for (size_t i = 0; i < plan->n_closed && n < max; i++)
+		out[n++] = plan->closed_fds[i];
 	for (size_t i = 0; i < plan->n_layers && n < max; i++)
 		out[n++] = plan->layers[i].fd;
 	return n;
@@ -580,6 +586,25 @@ static int prepare_layered(const struct sbx_spec *spec, struct sbx_rootfs_plan *
 	if (spec->home_path &&
 	    fmt(plan->home_rel, sizeof(plan->home_rel), "%s", spec->home_path + 1) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "home path too long");
+	if (spec->n_closed > SBX_LOWERS_MAX - 1)
+		return al_error_set(err, -E2BIG, "at most %d closed layers", SBX_LOWERS_MAX - 1);
+	for (size_t i = 0; i < spec->n_closed; i++) {
+		const char *dir = spec->closed[i];
+		int fd = sbx_open_dir_no_links(dir);
+		if (fd < 0)
+			return al_error_set_errno(err, fd, "closed layer %s", dir);
+		plan->closed_fds[plan->n_closed++] = fd;
+		struct stat st;
+		if (fstat(fd, &st) < 0)
+			return al_error_set_errno(err, -errno, "closed layer %s", dir);
+		if ((uint32_t)st.st_uid != plan->ws_uid || (uint32_t)st.st_gid != plan->ws_gid)
+			return al_error_set(
+				err, -EPERM,
+				"closed layer %s belongs to %u:%u and the lower directory "
+				"to %u:%u: they must have one owner and group",
+				dir, (unsigned)st.st_uid, (unsigned)st.st_gid,
+				(unsigned)plan->ws_uid, (unsigned)plan->ws_gid);
+	}
 	return sbx_layer_dirs(plan->layer_fd, spec->layer, plan->ws_uid, plan->ws_gid, err);
 }
 
@@ -1002,6 +1027,14 @@ int sbx_rootfs_make_trees(struct sbx_rootfs_plan *plan, int userns_fd, int ws_us
 			return t;
 		close(plan->layer_fd);
 		plan->layer_fd = t;
+		for (size_t i = 0; i < plan->n_closed; i++) {
+			t = sbx_rootfs_clone(plan->closed_fds[i], "a closed layer", ws_userns_fd,
+					     true, err);
+			if (t < 0)
+				return t;
+			close(plan->closed_fds[i]);
+			plan->closed_fds[i] = t;
+		}
 	}
 	if (plan->tools_fd >= 0) {
 		/* Read-only but for a preset's setup, which fills it. */
@@ -1175,12 +1208,24 @@ static int mount_tree(const struct sbx_rootfs_plan *plan, struct maker *mk, int 
 	int r = attach_tree(plan->lower_fd, "lower/tree-lower", err);
 	if (r >= 0)
 		r = attach_tree(plan->layer_fd, "lower/tree-layer", err);
+	/* The closed layers over the lower, newest first. */
+	char lowers[SBX_LOWERS_MAX * 16 + 32] = "";
+	for (size_t i = 0; r >= 0 && i < plan->n_closed; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "lower/tree-c%zu", i);
+		if (mkdir(name, 0700) < 0)
+			return al_error_set_errno(err, -errno, "cannot stage the layered tree");
+		r = attach_tree(plan->closed_fds[i], name, err);
+		size_t len = strlen(lowers);
+		snprintf(lowers + len, sizeof(lowers) - len, "%s:", name);
+	}
 	if (r < 0)
 		return r;
+	size_t len = strlen(lowers);
+	snprintf(lowers + len, sizeof(lowers) - len, "lower/tree-lower");
 	r = as_owner(mk, 0);
 	if (r >= 0)
-		r = sbx_mount_tree_overlay(plan->uid, "tree", "lower/tree-lower",
-					   "lower/tree-layer");
+		r = sbx_mount_tree_overlay(plan->uid, "tree", lowers, "lower/tree-layer");
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot mount the layered workspace");
 	char path[SBX_PATH_MAX];

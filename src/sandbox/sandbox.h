@@ -17,6 +17,8 @@
 #define SBX_ID_LEN 16 /* hex characters */
 #define SBX_MAX_ENV 256
 #define SBX_HOSTNAME_MAX 63
+/* Lower layers of a layered workspace at most (struct sbx_spec.lower). */
+#define SBX_LOWERS_MAX 15
 
 /* Where a sandbox with a network finds its trust bundle (the host's bundle
  * followed by trust_pem) and trust_pem alone. */
@@ -78,6 +80,11 @@ struct sbx_spec {
 	 */
 	const char *lower;
 	const char *layer;
+	/* Closed layers between lower and layer, newest first: upper
+	 * directories of an earlier sandbox's layers (sbx_relayer), read-only
+	 * here like lower; at most SBX_LOWERS_MAX - 1. */
+	char *const *closed;
+	size_t n_closed;
 	enum sbx_network network;
 	const char *hostname; /* NULL: "airlock" */
 	char **env;	      /* K=V strings given for every command */
@@ -162,7 +169,6 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
  * -EBUSY when a command runs in the sandbox (then nothing changed); after
  * any other failure the sandbox may have lost its workspace: destroy it.
  */
-#define SBX_LOWERS_MAX 15
 int sbx_relayer(const struct sbx_settings *set, const char *id, const char *home_path,
 		char *const *lowers, size_t n_lowers, const char *layer, struct al_error *err);
 

@@ -149,6 +149,14 @@ static int validate_spec(const struct sbx_settings *set, const struct sbx_spec *
 						    "%s path contains a control character",
 						    what[i]);
 	}
+	for (size_t i = 0; i < spec->n_closed; i++)
+		for (const char *c = spec->closed ? spec->closed[i] : NULL; c && *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				return al_error_set(
+					err, -EINVAL,
+					"closed layer path contains a control character");
+	if (spec->n_closed && (!spec->lower || !spec->closed))
+		return al_error_set(err, -EINVAL, "closed layers need a lower directory");
 	if (!spec->lower != !spec->layer)
 		return al_error_set(err, -EINVAL,
 				    "a layered workspace needs both a lower directory and a layer");

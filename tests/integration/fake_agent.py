@@ -149,6 +149,11 @@ elif verb == "apierror":
 elif verb == "exit1":
     result("done")
     sys.exit(1)
+elif verb == "writefail":
+    with open(os.path.join("/workspace", words[1]), "w") as f:
+        f.write("never committed\n")
+    sys.stderr.write("failing after a write\n")
+    sys.exit(1)
 elif verb == "many":
     for i in range(int(words[1])):
         out({"type": "assistant", "session_id": sid, "message": {"content": [

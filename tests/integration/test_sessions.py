@@ -493,6 +493,33 @@ def test_layered_workspace_lower_shared_never_written_upper_holds_the_turn(ctl, 
             if not p.name.startswith(".")] == []
 
 
+def test_fresh_sandbox_after_a_failure_or_a_loss_restores_nothing(ctl):
+    p = ctl.run("write keep.txt 1")
+    sid = ctl.session_of(p)
+    tree = tree_of(ctl, sid)
+    # A failed turn wrote into its layer; its sandbox goes, and the next
+    # turn's sandbox is made over the same closed layers (no restore), with
+    # that layer emptied: what the failed turn did is gone.
+    assert ctl.turn(sid, "writefail junk.txt").returncode == 1
+    p3 = ctl("turn", sid, "run ls /workspace")
+    assert p3.returncode == 0, p3.stderr
+    assert b"restoring" not in p3.stderr, p3.stderr
+    assert last_text(ctl, sid) == "exit 0\nkeep.txt\n"
+    assert tree_of(ctl, sid) == tree and (tree / "top").read_text().startswith("2 ")
+    # A lost sandbox: the same.
+    s, _ = ctl.show(sid)
+    ctl.a.sandbox("destroy", s["sandbox"], check=True)
+    p4 = ctl("turn", sid, "write two.txt 2")
+    assert p4.returncode == 0 and b"restoring" not in p4.stderr, p4.stderr
+    d = ctl("diff", sid, check=True).stdout.decode()
+    assert "A two.txt" in d and "junk" not in d
+    # A fork has no tree of its own: it restores its checkpoint, once.
+    f = ctl("fork", sid, check=True).stdout.decode().strip()
+    pf = ctl("turn", f, "run ls /workspace")
+    assert pf.returncode == 0 and b"restoring checkpoint" in pf.stderr
+    assert last_text(ctl, f) == "exit 0\nkeep.txt\ntwo.txt\n"
+
+
 def test_new_layer_waits_for_nothing_and_a_busy_sandbox_keeps_its_layer(ctl):
     p = ctl.run("write a.txt 1")
     sid = ctl.session_of(p)
