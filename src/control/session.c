@@ -39,6 +39,7 @@
 #include "control/session.h"
 
 #include <dirent.h>
+#include <ftw.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -52,6 +53,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -436,6 +438,34 @@ static int tree_restore(struct ctl_ctx *c, struct st_repo *repo, const char *ckp
 
 /* ---- shared lower directories ---- */
 
+/* What a tree holds, on disk before anyone relies on it (a lower is
+ * trusted to be its checkpoint after a crash too). */
+static int sync_tree(const char *path)
+{
+	_cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	return syncfs(fd) < 0 ? -errno : 0;
+}
+
+/* This boot's id: a session's closed layers are never synced, so they are
+ * trusted in the boot that wrote them only. */
+static void boot_id(char out[40])
+{
+	char *text = NULL;
+	size_t len = 0;
+	out[0] = '\0';
+	if (read_file_bounded(AT_FDCWD, "/proc/sys/kernel/random/boot_id", 64, &text, &len) < 0)
+		return;
+	size_t n = 0;
+	for (size_t i = 0; i < len && n < 39; i++)
+		if ((text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f') ||
+		    text[i] == '-')
+			out[n++] = text[i];
+	out[n] = '\0';
+	free(text);
+}
+
 static int lowers_dir(const struct ctl_ctx *c, const char *tenant, char *out, size_t size)
 {
 	return fmt_path(out, size, "%s/lowers/%s", c->conf->state_dir, tenant);
@@ -510,6 +540,11 @@ static int lower_get(struct ctl_ctx *c, const char *tenant, const char *ckpt,
 		(void)rm_tree(tmp);
 		return r;
 	}
+	if ((r = sync_tree(tmp)) < 0) {
+		al_error_set_errno(err, r, "cannot sync %s", tmp);
+		(void)rm_tree(tmp);
+		return r;
+	}
 	if (rename(tmp, out) < 0) {
 		r = -errno;
 		(void)rm_tree(tmp);
@@ -527,6 +562,66 @@ static int lower_get(struct ctl_ctx *c, const char *tenant, const char *ckpt,
  * (and what an interrupted restore left), unless someone is picking one
  * (then the next call does it): wait for that with block.
  */
+/* Adds the checkpoint every tree-<n>/base of session directory sdir names
+ * to *used; -ENOENT when the session went meanwhile, another negative
+ * errno when anything could not be read. */
+static int trees_bases(const char *sdir, char (**used)[CTL_CKPT_HEX + 1], size_t *n_used,
+		       size_t *cap)
+{
+	DIR *td = opendir(sdir);
+	if (!td)
+		return -errno;
+	int r = 0;
+	struct dirent *te;
+	for (;;) {
+		errno = 0;
+		if (!(te = readdir(td))) {
+			r = -errno;
+			break;
+		}
+		char base[PATH_MAX_CTL];
+		if (strncmp(te->d_name, "tree-", 5) != 0)
+			continue;
+		if (fmt_path(base, sizeof(base), "%s/%s/base", sdir, te->d_name) < 0) {
+			r = -ENAMETOOLONG;
+			break;
+		}
+		char *text = NULL;
+		size_t len = 0;
+		r = read_file_bounded(AT_FDCWD, base, CTL_CKPT_HEX + 1, &text, &len);
+		if (r == -ENOENT) { /* a plain tree, or one going */
+			r = 0;
+			continue;
+		}
+		if (r < 0)
+			break;
+		if (*n_used == *cap) {
+			size_t nc = *cap ? 2 * *cap : 32;
+			void *v = reallocarray(*used, nc, sizeof(**used));
+			if (!v) {
+				free(text);
+				r = -ENOMEM;
+				break;
+			}
+			*used = v;
+			*cap = nc;
+		}
+		snprintf((*used)[*n_used], sizeof((*used)[*n_used]), "%.*s", (int)len, text);
+		(*n_used)++;
+		free(text);
+	}
+	closedir(td);
+	return r;
+}
+
+/*
+ * Removes the tenant's lower directories no tree of its sessions names
+ * (and what an interrupted restore or removal left), unless someone is
+ * picking one (then the next call does it): wait for that with block.
+ * Whatever cannot be read stops it before anything is removed: a lower
+ * that looks unused for want of a listing may be under a live sandbox.
+ * A lower goes by a rename first, so that none is ever seen half removed.
+ */
 static void lowers_gc(struct ctl_ctx *c, const char *tenant, bool block)
 {
 	struct al_error e = { 0 };
@@ -537,63 +632,49 @@ static void lowers_gc(struct ctl_ctx *c, const char *tenant, bool block)
 	if (lowers_dir(c, tenant, dir, sizeof(dir)) < 0 ||
 	    fmt_path(sroot, sizeof(sroot), "%s/sessions/%s", c->conf->state_dir, tenant) < 0)
 		return;
-	/* What the trees name: every tree-<n>/base of every session. */
 	char(*used)[CTL_CKPT_HEX + 1] = NULL;
 	size_t n_used = 0, cap = 0;
+	int r = 0;
 	DIR *sd = opendir(sroot);
-	struct dirent *de;
-	while (sd && (de = readdir(sd))) {
+	if (!sd && errno != ENOENT)
+		return;
+	for (struct dirent *de; sd && r >= 0;) {
+		errno = 0;
+		if (!(de = readdir(sd))) {
+			r = -errno;
+			break;
+		}
 		if (de->d_name[0] == '.')
 			continue;
 		char sdir[PATH_MAX_CTL];
-		if (fmt_path(sdir, sizeof(sdir), "%s/%s", sroot, de->d_name) < 0)
-			continue;
-		DIR *td = opendir(sdir);
-		struct dirent *te;
-		while (td && (te = readdir(td))) {
-			char base[PATH_MAX_CTL];
-			if (strncmp(te->d_name, "tree-", 5) != 0 ||
-			    fmt_path(base, sizeof(base), "%s/%s/base", sdir, te->d_name) < 0)
-				continue;
-			char *text = NULL;
-			size_t len = 0;
-			if (read_file_bounded(AT_FDCWD, base, CTL_CKPT_HEX + 1, &text, &len) < 0)
-				continue;
-			if (n_used == cap) {
-				size_t nc = cap ? 2 * cap : 32;
-				void *v = reallocarray(used, nc, sizeof(*used));
-				if (!v) {
-					free(text);
-					closedir(td);
-					goto out;
-				}
-				used = v;
-				cap = nc;
-			}
-			snprintf(used[n_used], sizeof(used[n_used]), "%.*s", (int)len, text);
-			n_used++;
-			free(text);
+		if (fmt_path(sdir, sizeof(sdir), "%s/%s", sroot, de->d_name) < 0) {
+			r = -ENAMETOOLONG;
+			break;
 		}
-		if (td)
-			closedir(td);
+		r = trees_bases(sdir, &used, &n_used, &cap);
+		if (r == -ENOENT) /* deleted meanwhile */
+			r = 0;
 	}
-	DIR *ld = opendir(dir);
-	while (ld && (de = readdir(ld))) {
+	if (sd)
+		closedir(sd);
+	DIR *ld = r >= 0 ? opendir(dir) : NULL;
+	for (struct dirent *de; ld && (de = readdir(ld));) {
 		bool tmp = strncmp(de->d_name, ".tmp-", 5) == 0;
 		if (!tmp && !ckpt_name_ok(de->d_name))
 			continue;
 		bool keep = false;
 		for (size_t i = 0; !tmp && !keep && i < n_used; i++)
 			keep = strcmp(used[i], de->d_name) == 0;
-		char path[PATH_MAX_CTL];
-		if (!keep && fmt_path(path, sizeof(path), "%s/%s", dir, de->d_name) == 0)
-			(void)rm_tree(path);
+		char path[PATH_MAX_CTL], gone[PATH_MAX_CTL], rnd[9];
+		random_hex(rnd, 8);
+		if (keep || fmt_path(path, sizeof(path), "%s/%s", dir, de->d_name) < 0 ||
+		    fmt_path(gone, sizeof(gone), "%s/.tmp-%s", dir, rnd) < 0)
+			continue;
+		if (tmp || rename(path, gone) == 0)
+			(void)rm_tree(tmp ? path : gone);
 	}
 	if (ld)
 		closedir(ld);
-out:
-	if (sd)
-		closedir(sd);
 	free(used);
 }
 
@@ -665,11 +746,14 @@ static int tree_base(const char *tree, char out[CTL_CKPT_HEX + 1])
 }
 
 /* The newest layer of tree (k: 0 for "layer", else "layer-<k>") and the
- * checkpoint the layers under it hold (its base for layer 0). */
-static int tree_top(const char *tree, unsigned *ret_k, char ckpt[CTL_CKPT_HEX + 1])
+ * checkpoint the layers under it hold (its base for layer 0); *boot (may be
+ * NULL; 40 bytes): the boot that closed them ("" for layer 0). */
+static int tree_top_boot(const char *tree, unsigned *ret_k, char ckpt[CTL_CKPT_HEX + 1], char *boot)
 {
 	int r = tree_base(tree, ckpt);
 	*ret_k = 0;
+	if (boot)
+		boot[0] = '\0';
 	if (r < 0 || !ckpt[0])
 		return r;
 	char path[PATH_MAX_CTL];
@@ -677,26 +761,40 @@ static int tree_top(const char *tree, unsigned *ret_k, char ckpt[CTL_CKPT_HEX + 
 		return -ENAMETOOLONG;
 	char *text = NULL;
 	size_t len = 0;
-	r = read_file_bounded(AT_FDCWD, path, 16 + CTL_CKPT_HEX, &text, &len);
+	r = read_file_bounded(AT_FDCWD, path, 64 + CTL_CKPT_HEX, &text, &len);
 	if (r == -ENOENT)
 		return 0;
 	if (r < 0)
 		return r;
 	int k = 0;
 	char id[CTL_CKPT_HEX + 1] = "";
-	char line[16 + CTL_CKPT_HEX + 1];
+	char line[64 + CTL_CKPT_HEX + 1];
 	snprintf(line, sizeof(line), "%.*s", (int)len, text);
 	free(text);
+	/* "<k> <checkpoint>[ <boot id>]" */
 	char *sp = strchr(line, ' ');
-	if (!sp || strlen(sp + 1) != CTL_CKPT_HEX)
+	if (!sp)
 		return -EBADMSG;
 	*sp = '\0';
+	char *sp2 = strchr(sp + 1, ' ');
+	if (sp2) {
+		*sp2 = '\0';
+		if (boot && strlen(sp2 + 1) < 40)
+			snprintf(boot, 40, "%s", sp2 + 1);
+	}
+	if (strlen(sp + 1) != CTL_CKPT_HEX)
+		return -EBADMSG;
 	memcpy(id, sp + 1, CTL_CKPT_HEX + 1);
 	if (parse_int_range(line, 1, SBX_LOWERS_MAX - 1, &k) < 0 || !ckpt_name_ok(id))
 		return -EBADMSG;
 	*ret_k = (unsigned)k;
 	memcpy(ckpt, id, CTL_CKPT_HEX + 1);
 	return 0;
+}
+
+static int tree_top(const char *tree, unsigned *ret_k, char ckpt[CTL_CKPT_HEX + 1])
+{
+	return tree_top_boot(tree, ret_k, ckpt, NULL);
 }
 
 static void layer_name(unsigned k, char *out, size_t size)
@@ -761,6 +859,27 @@ static void trees_prune(const char *sdir, const char *keep)
 	closedir(d);
 }
 
+/* Whether anything of tree is more than a checkpoint keeps: a hard link (a
+ * restore makes separate files) or an extended attribute. */
+static _Thread_local bool beyond;
+static int beyond_fn(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)ftw;
+	if ((flag == FTW_F && S_ISREG(st->st_mode) && st->st_nlink > 1) ||
+	    (flag != FTW_NS && flag != FTW_DNR && llistxattr(path, NULL, 0) != 0))
+		beyond = true;
+	return beyond ? 1 : 0;
+}
+
+static bool tree_beyond_checkpoint(const char *tree)
+{
+	beyond = false;
+	/* Unreadable: as good as different. */
+	if (nftw(tree, beyond_fn, 32, FTW_PHYS) < 0)
+		return true;
+	return beyond;
+}
+
 /*
  * The plain tree sdir/name (a session's starting point, just checkpointed
  * as ckpt, its sandbox gone) made the lower directory of ckpt: renamed,
@@ -774,12 +893,15 @@ static int lower_adopt(struct ctl_ctx *c, const char *tenant, const char *ckpt, 
 	    lowers_dir(c, tenant, dir, sizeof(dir)) < 0 ||
 	    fmt_path(path, sizeof(path), "%s/%s", dir, ckpt) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	int r = sync_tree(tree);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot sync %s", tree);
 	_cleanup_close_ int lk = lowers_lock(c, tenant, LOCK_SH, err);
 	if (lk < 0)
 		return lk;
 	if (rename(tree, path) == 0)
 		return 0;
-	int r = -errno;
+	r = -errno;
 	struct stat st;
 	if ((r == -EEXIST || r == -ENOTEMPTY) && lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
 		(void)rm_tree(tree);
@@ -1099,9 +1221,15 @@ static int tree_reuse(struct ctl_ctx *c, const char *sdir, const char *ckpt, cha
 	char lname[32];
 	unsigned k;
 	*ret_n = 0;
+	char boot[40], now[40];
 	if (current_get(sdir, name, size) < 0 ||
 	    fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0 || tree_base(tree, base) < 0 ||
-	    !base[0] || tree_top(tree, &k, top) < 0 || strcmp(top, ckpt) != 0)
+	    !base[0] || tree_top_boot(tree, &k, top, boot) < 0 || strcmp(top, ckpt) != 0)
+		return 0;
+	/* Closed layers of another boot may have lost what was not written
+	 * out: not trusted (the lower directory is synced when made). */
+	boot_id(now);
+	if (k > 0 && (!now[0] || strcmp(boot, now) != 0))
 		return 0;
 	/* Every layer from k on goes: a crash between a layer's start and its
 	 * record can leave one more. */
@@ -1372,8 +1500,9 @@ static int top_set(struct ctl_ctx *c, const struct ctl_session *s, unsigned k, c
 	    fmt_path(path, sizeof(path), "%s/%s/top", sdir, name) < 0 ||
 	    fmt_path(tmp, sizeof(tmp), "%s/%s/top.tmp", sdir, name) < 0)
 		return al_error_set(err, -ENOENT, "session %s: no current tree", s->id);
-	char text[16 + CTL_CKPT_HEX];
-	snprintf(text, sizeof(text), "%u %s", k, ckpt);
+	char text[64 + CTL_CKPT_HEX], boot[40];
+	boot_id(boot);
+	snprintf(text, sizeof(text), "%u %s %s", k, ckpt, boot);
 	(void)unlink(tmp);
 	_cleanup_close_ int fd =
 		open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -1561,8 +1690,19 @@ int ctl_session_create(struct ctl_ctx *c, const char *tenant, const char *preset
 	/* The plain tree becomes the checkpoint's lower directory, unless
 	 * the checkpoint left anything of it out (then it is restored from
 	 * the checkpoint, as a lower must be exactly that): its sandbox goes
-	 * first, and the session's starts over it. */
-	sandbox_discard(c, &s);
+	 * first, surely, and the session's starts over it. */
+	if ((r = sbx_destroy(&c->set, s.sandbox_id, err)) < 0 && r != -ENOENT)
+		goto fail;
+	al_error_clear(err);
+	(void)ctl_db_session_clear_sandbox_if(c->db, tenant, s.id, s.sandbox_id, err);
+	al_error_clear(err);
+	char tree[PATH_MAX_CTL];
+	if (fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0) {
+		r = al_error_set(err, -ENAMETOOLONG, "path too long");
+		goto fail;
+	}
+	if (!left_out && tree_beyond_checkpoint(tree))
+		left_out = true;
 	if (!left_out && (r = lower_adopt(c, tenant, ckpt, sdir, name, err)) < 0)
 		goto fail;
 	if ((r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0 ||
@@ -2095,6 +2235,14 @@ static int turn_run(struct ctl_ctx *c, const char *tenant, const char *session, 
 			progress(obs, "checkpoint of turn %u", n);
 			unsigned k = 0;
 			r = relayer_maybe(c, &s, p, &k, err);
+			if (r < 0) {
+				/* Its workspace may be gone: never taken again for
+				 * the last checkpoint's, even if it outlives the
+				 * discard below. */
+				struct al_error e4 = { 0 };
+				(void)ctl_db_session_set_sandbox(c->db, tenant, s.id, s.sandbox_id,
+								 "", &e4);
+			}
 			if (r >= 0)
 				r = session_snapshot(c, &s, ckpt, NULL, err);
 			if (r >= 0 && k)

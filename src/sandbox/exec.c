@@ -145,8 +145,8 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 		if (r < 0 || ret->outcome == SBX_TIMED_OUT || ret->outcome == SBX_INTERRUPTED)
 			syscall(SYS_pidfd_send_signal, helper, SIGKILL, NULL, 0);
 		/* Gone before we return (it leaves once the command's init is
-		 * reaped; bounded all the same), so that the sandbox is idle
-		 * when its last command has ended (sbx_relayer). */
+		 * reaped; bounded all the same), so that a command that ended
+		 * leaves the keeper no live child (sbx_relayer's check). */
 		struct pollfd hp = { .fd = helper, .events = POLLIN };
 		while (poll(&hp, 1, 1000) < 0 && errno == EINTR)
 			;

@@ -266,8 +266,19 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid
 	_cleanup_ipc_msg_ struct ipc_msg msg = IPC_MSG_INIT;
 	if (ipc_recv(conn, allowed, ARRAY_SIZE(allowed), &msg) < 0)
 		return;
+	/* A failed new layer may have left the sandbox without its
+	 * workspace: nothing runs in it any more (it is to be destroyed). */
+	static bool broken;
+	if (broken) {
+		keeper_reply_err(conn, "the sandbox lost its workspace to a failed new layer: "
+				       "destroy it");
+		return;
+	}
 	if (msg.type == KEEPER_RELAYER) {
-		sbx_relayer_serve(conn, init_pidfd, init_pid, stage, &msg);
+		const int mine[] = { listen_fd, sfd };
+		if (sbx_relayer_serve(conn, init_pidfd, init_pid, stage, &msg, mine,
+				      ARRAY_SIZE(mine)) < 0)
+			broken = true;
 		return;
 	}
 	if (msg.n_fds != 4) {
@@ -317,8 +328,9 @@ static void __attribute__((noreturn))
 keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, const struct sbx_argarea *area,
 	    uint64_t pids, const struct sbx_bpf *filter, const char *stage)
 {
-	/* Exec helpers that die before their children (a timeout kills them
-	 * first) hand those children to us, not to the host's init. */
+	/* Children of ours that die before theirs are reaped here rather
+	 * than by the host's init. (A command's init whose helper dies goes to
+	 * the sandbox's init, the reaper of the helper's pid namespace.) */
 	prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 	sigset_t mask;
 	sigemptyset(&mask);

@@ -170,9 +170,11 @@ enum {
 struct ipc_msg;
 /* The keeper's side of sbx_relayer (relayer.c): answers on conn. stage: an
  * empty directory of the host's to stage the layers on (in a mount
- * namespace of the helper's own). */
-void sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *stage,
-		       struct ipc_msg *msg);
+ * namespace of the helper's own); keeper_fds: the keeper's own, closed in
+ * its helper. -1 when the sandbox may have lost its workspace (the keeper
+ * then refuses every later request), else 0. */
+int sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *stage,
+		      struct ipc_msg *msg, const int *keeper_fds, size_t n_keeper_fds);
 #define KEEPER_MAX_ARGS 4096
 
 /* Where a persistent sandbox's keeper listens. */

@@ -23,12 +23,13 @@
 #include "sandbox/proc.h"
 
 #include <errno.h>
-#include <stdint.h>
 #include <fcntl.h>
 #include <linux/mount.h>
 #include <linux/openat2.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +47,10 @@
 #include "common/fdutil.h"
 #include "common/ipc.h"
 #include "common/parse.h"
+
+/* How long the keeper's helper may take before it is killed (a mount that
+ * hangs). */
+#define RELAYER_HELPER_MS 30000
 
 /* ---- the client ---- */
 
@@ -125,6 +131,10 @@ int sbx_relayer(const struct sbx_settings *set, const char *id, const char *home
 		r = al_error_set(err, -ESRCH, "sandbox %s is not running", id);
 		goto out;
 	}
+	/* The keeper answers within its helper's bound; a keeper that does
+	 * not is given up on. */
+	struct timeval tv = { .tv_sec = RELAYER_HELPER_MS / 1000 + 30 };
+	(void)setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	/* u32 uid of root inside, then the home's place ("" for none). */
 	char req[4 + 64] = { 0 };
 	uint32_t uid = st.uid;
@@ -172,7 +182,8 @@ static int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char
 	return (int)syscall(SYS_move_mount, from_dfd, from, to_dfd, to, flags);
 }
 
-/* A mount point of the sandbox's, reached from its root without a link. */
+/* The root of a mount of the sandbox's (the layered workspace's), reached
+ * from its root without a link: nothing is detached unless both are. */
 static int mount_point_ok(const char *path)
 {
 	struct open_how how = {
@@ -182,8 +193,15 @@ static int mount_point_ok(const char *path)
 	int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
 	if (fd < 0)
 		return -errno;
+	struct statx stx;
+	int r = statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &stx);
+	if (r < 0)
+		r = -errno;
+	else if (!(stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) ||
+		 !(stx.stx_attributes & STATX_ATTR_MOUNT_ROOT))
+		r = -EINVAL;
 	close(fd);
-	return 0;
+	return r;
 }
 
 #define FAIL(code, what)                             \
@@ -233,7 +251,8 @@ static int relayer(int init_pidfd, const char *stage, uint32_t uid, const char *
 		FAIL(-errno, "cannot enter the sandbox's mount namespace");
 	if (mount_point_ok("/workspace") < 0 || (home_rel[0] && mount_point_ok(home) < 0))
 		FAIL(-ELOOP, "the workspace or the home is not where it was");
-	if (umount2("/workspace", MNT_DETACH) < 0 || (home_rel[0] && umount2(home, MNT_DETACH) < 0))
+	if (umount2("/workspace", MNT_DETACH | UMOUNT_NOFOLLOW) < 0 ||
+	    (home_rel[0] && umount2(home, MNT_DETACH | UMOUNT_NOFOLLOW) < 0))
 		FAIL(-errno, "cannot detach the old layer");
 
 	/* The new one, made in our namespace (the layers are staged there). */
@@ -261,18 +280,18 @@ static int relayer(int init_pidfd, const char *stage, uint32_t uid, const char *
 	return 0;
 }
 
-/* 1 when the keeper's children are its init and zombies (helpers that
- * ended, not reaped yet), 0 when another lives, or a negative errno. */
-static int keeper_idle(pid_t init_pid)
+/* 1 when pid's children are zombies (and skip, when given), 0 when another
+ * lives, or a negative errno. */
+static int children_idle(pid_t parent, pid_t skip)
 {
 	char path[64], *kids = NULL;
 	size_t len = 0;
-	snprintf(path, sizeof(path), "/proc/self/task/%d/children", (int)getpid());
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)parent, (int)parent);
 	int r = read_file_bounded(AT_FDCWD, path, 16384, &kids, &len);
 	if (r < 0)
 		return r;
 	int idle = 1;
-	bool init_seen = false;
+	pid_t init_pid = skip;
 	for (char *save = NULL, *tok = strtok_r(kids, " \n", &save); tok && idle;
 	     tok = strtok_r(NULL, " \n", &save)) {
 		int pid;
@@ -280,10 +299,8 @@ static int keeper_idle(pid_t init_pid)
 			idle = -EBADMSG;
 			break;
 		}
-		if (pid == (int)init_pid) {
-			init_seen = true;
+		if (pid == (int)init_pid)
 			continue;
-		}
 		/* "pid (comm) S ...": the state follows the last ')'. */
 		char stat[64], *text = NULL;
 		size_t n = 0;
@@ -299,18 +316,32 @@ static int keeper_idle(pid_t init_pid)
 			idle = 0;
 	}
 	free(kids);
-	return idle == 1 && !init_seen ? 0 : idle;
+	return idle;
 }
 
-void sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *stage,
-		       struct ipc_msg *msg)
+/*
+ * Nothing runs inside but the sandbox's init: the keeper's only live child
+ * is the init (an exec's helper would be another), and the init has none
+ * (a command's init whose helper was killed is handed to it, until it has
+ * died of the kill).
+ */
+static int sandbox_idle(pid_t init_pid)
+{
+	int r = children_idle(getpid(), init_pid);
+	if (r == 1)
+		r = children_idle(init_pid, 0);
+	return r;
+}
+
+int sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *stage,
+		      struct ipc_msg *msg, const int *keeper_fds, size_t n_keeper_fds)
 {
 	char why[256] = "";
 	/* u32 uid, then the home's place: "", "root" or "home/NAME". */
 	if (msg->len < 5 || msg->data[msg->len - 1] != '\0' || msg->n_fds < 2 ||
 	    msg->n_fds > SBX_LOWERS_MAX + 1) {
 		reply_err(conn, "malformed request");
-		return;
+		return 0;
 	}
 	uint32_t uid;
 	memcpy(&uid, msg->data, 4);
@@ -320,34 +351,39 @@ void sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *sta
 	    (home_rel[0] && (snprintf(home, sizeof(home), "/%s", home_rel) >= (int)sizeof(home) ||
 			     !sbx_home_path_valid(home)))) {
 		reply_err(conn, "malformed request");
-		return;
+		return 0;
 	}
 	/* Nothing may run inside: our only live child is the sandbox's init
 	 * (an exec's helper, or what it left us, would be another). */
-	int r = keeper_idle(init_pid);
+	int r = sandbox_idle(init_pid);
 	if (r < 0) {
-		reply_err(conn, "cannot list the keeper's children");
-		return;
+		reply_err(conn, "cannot list the sandbox's processes");
+		return 0;
 	}
 	if (r == 0) {
 		(void)ipc_send(conn, KEEPER_BUSY, NULL, 0, NULL, 0);
-		return;
+		return 0;
 	}
 	int pipefd[2];
 	if (pipe2(pipefd, O_CLOEXEC) < 0) {
 		reply_err(conn, "pipe");
-		return;
+		return 0;
 	}
 	pid_t pid = fork();
 	if (pid < 0) {
 		close(pipefd[0]);
 		close(pipefd[1]);
 		reply_err(conn, "cannot fork");
-		return;
+		return 0;
 	}
 	if (pid == 0) {
 		close(pipefd[0]);
+		close(conn);
+		for (size_t i = 0; i < n_keeper_fds; i++)
+			close(keeper_fds[i]);
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+		/* Killable like the rest, unlike the keeper. */
+		(void)write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "0");
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
@@ -361,16 +397,30 @@ void sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *sta
 		_exit(r < 0 ? 1 : 0);
 	}
 	close(pipefd[1]);
-	ssize_t n;
-	while ((n = read(pipefd[0], why, sizeof(why) - 1)) < 0 && errno == EINTR)
+	/* Its reason, or its end (the pipe's other end closes), bounded. */
+	struct pollfd pw = { .fd = pipefd[0], .events = POLLIN };
+	int pr;
+	while ((pr = poll(&pw, 1, RELAYER_HELPER_MS)) < 0 && errno == EINTR)
 		;
-	why[n > 0 ? n : 0] = '\0';
+	ssize_t n = 0;
+	if (pr > 0)
+		while ((n = read(pipefd[0], why, sizeof(why) - 1)) < 0 && errno == EINTR)
+			;
+	else
+		snprintf(why, sizeof(why), "the layer's helper did not finish in %d s",
+			 RELAYER_HELPER_MS / 1000);
+	if (pr > 0)
+		why[n > 0 ? n : 0] = '\0';
 	close(pipefd[0]);
+	if (pr <= 0)
+		kill(pid, SIGKILL);
 	int st = 0;
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
-	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+	if (pr > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
 		(void)ipc_send(conn, KEEPER_OK, NULL, 0, NULL, 0);
-	else
-		reply_err(conn, why[0] ? why : "the layer's helper died");
+		return 0;
+	}
+	reply_err(conn, why[0] ? why : "the layer's helper died");
+	return -1;
 }

@@ -615,9 +615,13 @@ int sbx_layer_dirs(int layer_fd, const char *layer, uint32_t uid, uint32_t gid,
 	const char *const parts[] = { "upper", "work" };
 	for (size_t i = 0; i < 2; i++) {
 		if (mkdirat(layer_fd, parts[i], 0755) == 0) {
-			if (fchownat(layer_fd, parts[i], uid, gid, AT_SYMLINK_NOFOLLOW) < 0)
-				return al_error_set_errno(err, -errno, "layer %s/%s", layer,
-							  parts[i]);
+			/* Through a descriptor of the directory, never by name. */
+			int fd = openat(layer_fd, parts[i],
+					O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			int r = fd < 0 || fchown(fd, uid, gid) < 0 ? -errno : 0;
+			safe_close(fd);
+			if (r < 0)
+				return al_error_set_errno(err, r, "layer %s/%s", layer, parts[i]);
 		} else if (errno != EEXIST) {
 			return al_error_set_errno(err, -errno, "layer %s/%s", layer, parts[i]);
 		}

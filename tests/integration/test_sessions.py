@@ -34,10 +34,12 @@ def config_text(state, extra_preset="", network="none"):
           chmod 755 /opt/airlock/bin/fake-agent
 """
     agents = ""
-    for name, dashes in (("fake", "--, "), ("fake-nodash", "")):
+    for name, dashes, home in (("fake", "--, ", "/root"), ("fake-nodash", "", "/root"),
+                               ("fake-homedir", "--, ", "/home/agent")):
         agents += f"""  {name}:
     title: Fake agent
     parser: claude
+    home: {home}
     session: choose
     first: [fake-agent, -p, --session-id, "{{session}}", {dashes}"{{prompt}}"]
     resume: [fake-agent, -p, --resume, "{{session}}", {dashes}"{{prompt}}"]
@@ -48,7 +50,8 @@ def config_text(state, extra_preset="", network="none"):
     for name, agent, limits, extra in (
             ("fake", "fake", "turn_time: 60s, output: 4M", extra_preset),
             ("fake-nodash", "fake-nodash", "turn_time: 60s", "    github: [a/*]\n"),
-            ("fake-short", "fake", "turn_time: 2s, output: 4M", "")):
+            ("fake-short", "fake", "turn_time: 2s, output: 4M", ""),
+            ("fake-homedir", "fake-homedir", "turn_time: 60s, output: 4M", "")):
         presets += f"""  {name}:
     agent: {agent}
     network: {network}
@@ -437,7 +440,8 @@ def test_layered_workspace_lower_shared_never_written_upper_holds_the_turn(ctl, 
     assert len(files_under(lower / "workspace")) == 300
     assert (lower / "workspace" / "f007").read_text() == "file 7\n"
     assert files_under(tree / "layer" / "upper" / "workspace") == ["f007"]
-    assert (tree / "top").read_text() == "1 " + ctl.result(p)["checkpoint"]
+    boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+    assert (tree / "top").read_text() == f"1 {ctl.result(p)['checkpoint']} {boot}"
     d = ctl("diff", sid, check=True).stdout.decode().splitlines()
     assert [l for l in d if "f0" in l or "f1" in l or "f2" in l] == ["M f007"], d
 
@@ -453,7 +457,7 @@ def test_layered_workspace_lower_shared_never_written_upper_holds_the_turn(ctl, 
     assert digest(lower) == before
     # The turn in the kept sandbox wrote in the second layer (the first
     # still holds turn 1's change alone): its checkpoint read that.
-    assert (tree / "top").read_text() == "2 " + ctl.result(p2)["checkpoint"]
+    assert (tree / "top").read_text() == f"2 {ctl.result(p2)['checkpoint']} {boot}"
     assert files_under(tree / "layer" / "upper" / "workspace") == ["f007"]
     up = tree / "layer-1" / "upper" / "workspace"
     assert os.stat(up / "f150", follow_symlinks=False).st_rdev == 0 and \
@@ -513,11 +517,39 @@ def test_fresh_sandbox_after_a_failure_or_a_loss_restores_nothing(ctl):
     assert p4.returncode == 0 and b"restoring" not in p4.stderr, p4.stderr
     d = ctl("diff", sid, check=True).stdout.decode()
     assert "A two.txt" in d and "junk" not in d
+    # Closed layers another boot wrote (never synced) are not trusted: a
+    # host that crashed in between gets the checkpoint restored.
+    top = tree / "top"
+    k, ck, _ = top.read_text().split()
+    top.write_text(f"{k} {ck} 00000000-0000-0000-0000-000000000000")
+    s, _ = ctl.show(sid)
+    ctl.a.sandbox("destroy", s["sandbox"], check=True)
+    p5 = ctl("turn", sid, "run ls /workspace")
+    assert p5.returncode == 0 and b"restoring checkpoint" in p5.stderr, p5.stderr
+    assert last_text(ctl, sid) == "exit 0\nkeep.txt\ntwo.txt\n"
     # A fork has no tree of its own: it restores its checkpoint, once.
     f = ctl("fork", sid, check=True).stdout.decode().strip()
     pf = ctl("turn", f, "run ls /workspace")
-    assert pf.returncode == 0 and b"restoring checkpoint" in pf.stderr
+    assert pf.returncode == 0
     assert last_text(ctl, f) == "exit 0\nkeep.txt\ntwo.txt\n"
+
+
+def test_an_agent_that_moves_its_home_gets_a_failed_turn_not_a_lost_workspace(ctl):
+    # With the home at /home/agent, the sandbox's root can rename /home and
+    # put a plain directory where the home was: the new layer finds no
+    # mount there and changes nothing; the turn fails (its checkpoint could
+    # not be made) and the next starts afresh from the last checkpoint.
+    p = ctl("run", "--preset", "fake-homedir", "--json", "write a.txt 1")
+    assert p.returncode == 0, p.stderr
+    sid = ctl.session_of(p)
+    p2 = ctl.turn(sid, "run mv /home /h2 && mkdir -p /home/agent && echo moved")
+    assert p2.returncode == 1, p2.stderr
+    assert "not where it was" in ctl.result(p2)["reason"], ctl.result(p2)
+    # Nothing of the failed turn was committed, its history included.
+    assert ctl.turn(sid, "recall").returncode == 0
+    assert last_text(ctl, sid) == "I remember: write a.txt 1"
+    assert ctl.turn(sid, "run ls /workspace /home").returncode == 0
+    assert last_text(ctl, sid) == "exit 0\n/home:\nagent\n\n/workspace:\na.txt\n"
 
 
 def test_new_layer_waits_for_nothing_and_a_busy_sandbox_keeps_its_layer(ctl):
