@@ -645,7 +645,7 @@ static int parse_limits(const struct config_node *n, struct ctl_limits *l, struc
 	const struct config_node *v;
 	/* Parsed, but not enforced by this version: a limit that would not
 	 * hold is refused rather than taken silently. */
-	static const char *const later[] = { "disk", "egress_requests", "egress_bytes" };
+	static const char *const later[] = { "egress_requests", "egress_bytes" };
 	for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(later); i++)
 		if ((v = config_map_get(n, later[i])))
 			r = config_error(v, NULL, err,
@@ -673,6 +673,8 @@ static int parse_limits(const struct config_node *n, struct ctl_limits *l, struc
 	}
 	if (r >= 0 && l->memory && l->memory < 64u * 1024 * 1024)
 		r = config_error(config_map_get(n, "memory"), NULL, err, "at least 64M");
+	if (r >= 0 && l->disk && l->disk < 16u * 1024 * 1024)
+		r = config_error(config_map_get(n, "disk"), NULL, err, "at least 16M");
 	if (r >= 0 && l->turn_ms && l->turn_ms < 1000)
 		r = config_error(config_map_get(n, "turn_time"), NULL, err, "at least 1s");
 	return r;

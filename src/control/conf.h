@@ -73,7 +73,7 @@ struct ctl_limits {
 	uint64_t memory;	  /* bytes; 0 none */
 	uint64_t pids;		  /* 0 none */
 	double cpus;		  /* 0 none */
-	uint64_t disk;		  /* bytes of a session's tree; 0 none */
+	uint64_t disk;		  /* bytes a sandbox's layers may hold; 0 none */
 	uint64_t turn_ms;	  /* wall time per turn */
 	uint64_t output;	  /* bytes of an agent's output per turn */
 	uint64_t egress_requests; /* per turn; 0 none */

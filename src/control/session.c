@@ -18,9 +18,11 @@
  *                                   overlay's upper directory)...
  *       tree-<n>/layer-<k>/         ... or from its k-th new layer on: a
  *                                   turn in a kept sandbox starts one
- *       tree-<n>/top                "<k> <checkpoint>": the newest layer,
- *                                   and the checkpoint the ones under it
- *                                   hold
+ *       tree-<n>/top                "<k> <checkpoint> <boot id>": the
+ *                                   newest layer, the checkpoint the ones
+ *                                   under it hold, the boot that closed them
+ *       tree-<n>/disk.img, disk/    with a disk limit: the layers' own
+ *                                   filesystem (an ext4 image, mounted)
  *       current                     which tree the live sandbox uses
  *       audit.jsonl                 every egress decision of its sandboxes
  *
@@ -43,6 +45,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/loop.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -50,9 +53,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
@@ -694,11 +700,170 @@ void ctl_lowers_gc(struct ctl_ctx *c)
 		closedir(d);
 }
 
-/* A new tree for a sandbox over the lower directory of ckpt: tree-<n>/base
- * naming it, tree-<n>/layer for the overlay (the sandbox makes its upper/
- * and work/). */
-static int layer_new(struct ctl_ctx *c, const char *sdir, const char *ckpt, char *name, size_t size,
-		     struct al_error *err)
+/* ---- a tree's own filesystem (limits.disk) ---- */
+
+static void output_tail(int fd, char *out, size_t size);
+
+/* Whether the tree keeps its layers in a filesystem of its own. */
+static bool tree_has_disk(const char *tree)
+{
+	char path[PATH_MAX_CTL];
+	return fmt_path(path, sizeof(path), "%s/disk.img", tree) == 0 && access(path, F_OK) == 0;
+}
+
+/* Whether that filesystem is mounted (it is not after a reboot). */
+static bool tree_disk_mounted(const char *tree)
+{
+	char path[PATH_MAX_CTL];
+	struct statx stx;
+	return fmt_path(path, sizeof(path), "%s/disk", tree) == 0 &&
+	       statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &stx) == 0 &&
+	       (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+	       (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
+/* Where tree's layer k is: in its own filesystem when it has one. */
+static int layer_dir(const char *tree, unsigned k, char *out, size_t size)
+{
+	char lname[32];
+	if (k == 0)
+		snprintf(lname, sizeof(lname), "layer");
+	else
+		snprintf(lname, sizeof(lname), "layer-%u", k);
+	return fmt_path(out, size, "%s%s/%s", tree, tree_has_disk(tree) ? "/disk" : "", lname);
+}
+
+/* The parent of tree's layers, opened. */
+static int layers_parent(const char *tree)
+{
+	char path[PATH_MAX_CTL];
+	if (fmt_path(path, sizeof(path), "%s%s", tree, tree_has_disk(tree) ? "/disk" : "") < 0)
+		return -ENAMETOOLONG;
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* A free loop device over img_fd, detached once unmounted: its descriptor
+ * (to close once mounted), its path in dev. */
+static int loop_attach(int img_fd, char *dev, size_t size)
+{
+	_cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+	if (ctl < 0)
+		return -errno;
+	int r = -EBUSY;
+	for (int tries = 0; tries < 32 && r == -EBUSY; tries++) {
+		int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+		if (n < 0)
+			return -errno;
+		snprintf(dev, size, "/dev/loop%d", n);
+		int lfd = open(dev, O_RDWR | O_CLOEXEC);
+		if (lfd < 0)
+			return -errno;
+		struct loop_config cfg = { .fd = (uint32_t)img_fd,
+					   .info = { .lo_flags = LO_FLAGS_AUTOCLEAR } };
+		if (ioctl(lfd, LOOP_CONFIGURE, &cfg) == 0)
+			return lfd;
+		r = -errno; /* EBUSY: taken meanwhile, the next one */
+		close(lfd);
+	}
+	return r;
+}
+
+/*
+ * The tree's own filesystem of size bytes, for its layers: an ext4 image
+ * (sparse; no journal: its contents matter for the sandbox's life only,
+ * the checkpoints hold what lasts) mounted at tree/disk, nosuid, nodev,
+ * its root the workspace uid's. What the sandbox writes past it fails with
+ * ENOSPC inside.
+ */
+static int tree_disk_make(struct ctl_ctx *c, const char *tree, uint64_t size, struct al_error *err)
+{
+	char img[PATH_MAX_CTL], mnt[PATH_MAX_CTL], opt[64];
+	if (fmt_path(img, sizeof(img), "%s/disk.img", tree) < 0 ||
+	    fmt_path(mnt, sizeof(mnt), "%s/disk", tree) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	_cleanup_close_ int fd =
+		open(img, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0 || ftruncate(fd, (off_t)size) < 0 || mkdir(mnt, 0700) < 0)
+		return al_error_set_errno(err, -errno, "cannot make %s", img);
+	snprintf(opt, sizeof(opt), "root_owner=%u:%u,nodiscard", c->conf->workspace_uid,
+		 c->conf->workspace_uid);
+	_cleanup_close_ int out = memfd_create("airlock-mkfs", MFD_CLOEXEC);
+	pid_t pid = out < 0 ? -1 : fork();
+	if (pid == 0) {
+		int nul = open("/dev/null", O_RDWR);
+		if (nul < 0 || dup2(nul, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
+			_exit(127);
+		const char *argv[] = { "mkfs.ext4", "-q", "-F",		  "-m",
+				       "0",	    "-O", "^has_journal", "-E",
+				       opt,	    "-L", "airlock",	  img,
+				       NULL };
+		const char *envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL };
+		execvpe(argv[0], (char *const *)argv, (char *const *)envp);
+		_exit(127);
+	}
+	if (pid < 0)
+		return al_error_set_errno(err, -errno, "cannot run mkfs.ext4");
+	int st = 0;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		char said[400] = "";
+		output_tail(out, said, sizeof(said));
+		return al_error_set(
+			err, -EIO, "a disk limit needs mkfs.ext4 (e2fsprogs), which %s%s%s",
+			WIFEXITED(st) && WEXITSTATUS(st) == 127 ? "is missing" : "failed",
+			said[0] ? ": " : "", said);
+	}
+	char dev[64];
+	int lfd = loop_attach(fd, dev, sizeof(dev));
+	if (lfd < 0)
+		return al_error_set_errno(err, lfd,
+					  "a disk limit needs a loop device (/dev/loop-control)");
+	int r = mount(dev, mnt, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "") < 0 ? -errno : 0;
+	close(lfd);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot mount %s", img);
+	return 0;
+}
+
+/* A tree removed, its filesystem first unmounted (the loop device goes
+ * with it). */
+static int tree_remove(const char *tree)
+{
+	char mnt[PATH_MAX_CTL];
+	if (fmt_path(mnt, sizeof(mnt), "%s/disk", tree) == 0 && tree_disk_mounted(tree))
+		(void)umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW);
+	return rm_tree(tree);
+}
+
+/* Every tree of session directory sdir unmounted (before it goes whole). */
+static void trees_unmount(const char *sdir)
+{
+	DIR *d = opendir(sdir);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		char tree[PATH_MAX_CTL], mnt[PATH_MAX_CTL];
+		if (strncmp(de->d_name, "tree-", 5) != 0 ||
+		    fmt_path(tree, sizeof(tree), "%s/%s", sdir, de->d_name) < 0 ||
+		    fmt_path(mnt, sizeof(mnt), "%s/disk", tree) < 0)
+			continue;
+		if (tree_disk_mounted(tree))
+			(void)umount2(mnt, MNT_DETACH | UMOUNT_NOFOLLOW);
+	}
+	if (d)
+		closedir(d);
+}
+
+static int layer_new_in(struct ctl_ctx *c, const char *path, const char *ckpt, uint64_t disk,
+			struct al_error *err);
+
+/* A new tree (its name in name) for a sandbox over the lower directory of
+ * ckpt: tree-<n>/base naming it, tree-<n>/layer for the overlay (the
+ * sandbox makes its upper/ and work/), in a filesystem of its own of disk
+ * bytes when disk is not 0. Nothing of it is left on failure. */
+static int layer_new(struct ctl_ctx *c, const char *sdir, const char *ckpt, uint64_t disk,
+		     char *name, size_t size, struct al_error *err)
 {
 	char rnd[9];
 	random_hex(rnd, 8);
@@ -708,12 +873,25 @@ static int layer_new(struct ctl_ctx *c, const char *sdir, const char *ckpt, char
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	if (mkdir(path, 0700) < 0)
 		return al_error_set_errno(err, -errno, "cannot create %s", path);
+	int r = layer_new_in(c, path, ckpt, disk, err);
+	if (r < 0)
+		(void)tree_remove(path);
+	return r;
+}
+
+static int layer_new_in(struct ctl_ctx *c, const char *path, const char *ckpt, uint64_t disk,
+			struct al_error *err)
+{
 	_cleanup_close_ int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0)
 		return al_error_set_errno(err, -errno, "%s", path);
-	int r = mkdir_owned_at(dfd, "layer", 0755, c->conf->workspace_uid);
+	int r = disk ? tree_disk_make(c, path, disk, err) : 0;
 	if (r < 0)
-		return al_error_set_errno(err, r, "cannot create %s/layer", path);
+		return r;
+	_cleanup_close_ int pfd = layers_parent(path);
+	r = pfd < 0 ? pfd : mkdir_owned_at(pfd, "layer", 0755, c->conf->workspace_uid);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot create %s's first layer", path);
 	_cleanup_close_ int fd =
 		openat(dfd, "base", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0 || (r = write_full(fd, ckpt, strlen(ckpt))) < 0)
@@ -854,7 +1032,7 @@ static void trees_prune(const char *sdir, const char *keep)
 			continue;
 		char path[PATH_MAX_CTL];
 		if (fmt_path(path, sizeof(path), "%s/%s", sdir, de->d_name) == 0)
-			(void)rm_tree(path);
+			(void)tree_remove(path);
 	}
 	closedir(d);
 }
@@ -1213,8 +1391,8 @@ static int grant_check(const struct ctl_preset *p, const struct ctl_session *s,
  * (name, *ret_k: the layer to write in; closed: the upper directories
  * under it, newest first, to free), 0 when not.
  */
-static int tree_reuse(struct ctl_ctx *c, const char *sdir, const char *ckpt, char *name,
-		      size_t size, unsigned *ret_k, char **closed, size_t *ret_n,
+static int tree_reuse(struct ctl_ctx *c, const char *sdir, const char *ckpt, uint64_t disk,
+		      char *name, size_t size, unsigned *ret_k, char **closed, size_t *ret_n,
 		      struct al_error *err)
 {
 	char tree[PATH_MAX_CTL], base[CTL_CKPT_HEX + 1], top[CTL_CKPT_HEX + 1], path[PATH_MAX_CTL];
@@ -1231,24 +1409,28 @@ static int tree_reuse(struct ctl_ctx *c, const char *sdir, const char *ckpt, cha
 	boot_id(now);
 	if (k > 0 && (!now[0] || strcmp(boot, now) != 0))
 		return 0;
+	/* The preset's disk limit as the tree has it (a limit changed since
+	 * applies from a new tree on), its filesystem mounted. */
+	if (tree_has_disk(tree) != (disk != 0) || (disk && !tree_disk_mounted(tree)))
+		return 0;
 	/* Every layer from k on goes: a crash between a layer's start and its
 	 * record can leave one more. */
 	for (unsigned i = k; i < SBX_LOWERS_MAX + 1; i++) {
-		layer_name(i, lname, sizeof(lname));
-		if (fmt_path(path, sizeof(path), "%s/%s", tree, lname) < 0)
+		if (layer_dir(tree, i, path, sizeof(path)) < 0)
 			return 0;
 		if (rm_tree(path) < 0)
 			return al_error_set(err, -EIO, "cannot remove %s", path);
 	}
-	_cleanup_close_ int dfd = open(tree, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	_cleanup_close_ int dfd = layers_parent(tree);
 	layer_name(k, lname, sizeof(lname));
-	int r = dfd < 0 ? -errno : mkdir_owned_at(dfd, lname, 0755, c->conf->workspace_uid);
+	int r = dfd < 0 ? dfd : mkdir_owned_at(dfd, lname, 0755, c->conf->workspace_uid);
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot create %s/%s", tree, lname);
 	for (unsigned i = k; i-- > 0;) {
-		layer_name(i, lname, sizeof(lname));
-		if (fmt_path(path, sizeof(path), "%s/%s/upper", tree, lname) < 0 ||
-		    !(closed[(*ret_n)++] = strdup(path)))
+		char up[PATH_MAX_CTL];
+		if (layer_dir(tree, i, path, sizeof(path)) < 0 ||
+		    fmt_path(up, sizeof(up), "%s/upper", path) < 0 ||
+		    !(closed[(*ret_n)++] = strdup(up)))
 			return al_error_set(err, -ENOMEM, "out of memory");
 	}
 	*ret_k = k;
@@ -1276,7 +1458,8 @@ static int session_sandbox_in(struct ctl_ctx *c, const struct ctl_session *s,
 		if (lk < 0)
 			return lk;
 		char base[CTL_CKPT_HEX + 1] = "", tree[PATH_MAX_CTL];
-		r = tree_reuse(c, sdir, ckpt, name, sizeof(name), &k, closed, n_closed, err);
+		r = tree_reuse(c, sdir, ckpt, p->limits.disk, name, sizeof(name), &k, closed,
+			       n_closed, err);
 		if (r < 0)
 			return r;
 		reused = r == 1;
@@ -1285,15 +1468,16 @@ static int session_sandbox_in(struct ctl_ctx *c, const struct ctl_session *s,
 			return al_error_set(err, -EBADMSG, "session %s: %s/base", s->id, name);
 		if ((r = lower_get(c, s->tenant, reused ? base : ckpt, obs, lower, sizeof(lower),
 				   err)) < 0 ||
-		    (!reused && (r = layer_new(c, sdir, ckpt, name, sizeof(name), err)) < 0))
+		    (!reused &&
+		     (r = layer_new(c, sdir, ckpt, p->limits.disk, name, sizeof(name), err)) < 0))
 			return r;
 	}
 	char ws[PATH_MAX_CTL], home[PATH_MAX_CTL], layer[PATH_MAX_CTL], audit[PATH_MAX_CTL];
-	char lname[32];
-	layer_name(k, lname, sizeof(lname));
+	char tree[PATH_MAX_CTL];
 	if (fmt_path(ws, sizeof(ws), "%s/%s/workspace", sdir, name) < 0 ||
 	    fmt_path(home, sizeof(home), "%s/%s/home", sdir, name) < 0 ||
-	    fmt_path(layer, sizeof(layer), "%s/%s/%s", sdir, name, lname) < 0 ||
+	    fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0 ||
+	    layer_dir(tree, k, layer, sizeof(layer)) < 0 ||
 	    fmt_path(audit, sizeof(audit), "%s/audit.jsonl", sdir) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	struct sandbox_req q = { .preset = p,
@@ -1310,9 +1494,8 @@ static int session_sandbox_in(struct ctl_ctx *c, const struct ctl_session *s,
 	progress(obs, "starting the sandbox");
 	r = sandbox_start(c, &q, id, err);
 	if (r < 0) {
-		char tp[PATH_MAX_CTL];
-		if (!plain && !reused && fmt_path(tp, sizeof(tp), "%s/%s", sdir, name) == 0)
-			(void)rm_tree(tp);
+		if (!plain && !reused)
+			(void)tree_remove(tree);
 		return r;
 	}
 	r = current_set(sdir, name);
@@ -1371,12 +1554,12 @@ static int session_snapshot(struct ctl_ctx *c, const struct ctl_session *s,
 		return al_error_set_errno(err, r, "session %s: no current tree", s->id);
 	if (fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
-	char base[CTL_CKPT_HEX + 1], upper[PATH_MAX_CTL], lname[32];
+	char base[CTL_CKPT_HEX + 1], upper[PATH_MAX_CTL], lname[PATH_MAX_CTL];
 	unsigned k;
 	if ((r = tree_top(tree, &k, base)) < 0)
 		return al_error_set_errno(err, r, "session %s: %s/base, top", s->id, tree);
-	layer_name(k, lname, sizeof(lname));
-	if (fmt_path(upper, sizeof(upper), "%s/%s/upper", tree, lname) < 0)
+	if (layer_dir(tree, k, lname, sizeof(lname)) < 0 ||
+	    fmt_path(upper, sizeof(upper), "%s/upper", lname) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	_cleanup_repo_ struct st_repo *repo = NULL;
 	if ((r = repo_open(c, s->tenant, &repo, err)) < 0)
@@ -1428,7 +1611,7 @@ static int relayer_maybe(struct ctl_ctx *c, const struct ctl_session *s, const s
 {
 	*ret_k = 0;
 	char sdir[PATH_MAX_CTL], name[32], tree[PATH_MAX_CTL], base[CTL_CKPT_HEX + 1];
-	char top[CTL_CKPT_HEX + 1], lname[32], path[PATH_MAX_CTL];
+	char top[CTL_CKPT_HEX + 1], lname[PATH_MAX_CTL], path[PATH_MAX_CTL];
 	unsigned k;
 	if (session_dir(c, s->tenant, s->id, sdir, sizeof(sdir)) < 0 ||
 	    current_get(sdir, name, sizeof(name)) < 0 ||
@@ -1439,8 +1622,8 @@ static int relayer_maybe(struct ctl_ctx *c, const struct ctl_session *s, const s
 		return al_error_set_errno(err, r, "session %s: %s/base, top", s->id, tree);
 	if (!base[0] || k + 2 > SBX_LOWERS_MAX)
 		return 0;
-	layer_name(k, lname, sizeof(lname));
-	if (fmt_path(path, sizeof(path), "%s/%s/upper", tree, lname) < 0)
+	if (layer_dir(tree, k, lname, sizeof(lname)) < 0 ||
+	    fmt_path(path, sizeof(path), "%s/upper", lname) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
 	if (dir_empty(path))
 		return 0;
@@ -1450,8 +1633,8 @@ static int relayer_maybe(struct ctl_ctx *c, const struct ctl_session *s, const s
 	int dfd = -1;
 	char layer[PATH_MAX_CTL], ldir[PATH_MAX_CTL], next[32];
 	for (unsigned i = k + 1; i-- > 0 && r >= 0;) {
-		layer_name(i, lname, sizeof(lname));
-		if (fmt_path(path, sizeof(path), "%s/%s/upper", tree, lname) < 0 ||
+		if (layer_dir(tree, i, lname, sizeof(lname)) < 0 ||
+		    fmt_path(path, sizeof(path), "%s/upper", lname) < 0 ||
 		    !(lowers[n++] = strdup(path)))
 			r = -ENOMEM;
 	}
@@ -1460,15 +1643,15 @@ static int relayer_maybe(struct ctl_ctx *c, const struct ctl_session *s, const s
 		       !(lowers[n++] = strdup(path))))
 		r = -ENOMEM;
 	layer_name(k + 1, next, sizeof(next));
-	if (r >= 0 && fmt_path(layer, sizeof(layer), "%s/%s", tree, next) < 0)
+	if (r >= 0 && layer_dir(tree, k + 1, layer, sizeof(layer)) < 0)
 		r = -ENAMETOOLONG;
 	if (r < 0) {
 		al_error_set_errno(err, r, "cannot name the layers");
 		goto out;
 	}
-	dfd = open(tree, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	dfd = layers_parent(tree);
 	if (dfd < 0 || (r = mkdir_owned_at(dfd, next, 0755, c->conf->workspace_uid)) < 0) {
-		r = al_error_set_errno(err, dfd < 0 ? -errno : r, "cannot create %s", layer);
+		r = al_error_set_errno(err, dfd < 0 ? dfd : r, "cannot create %s", layer);
 		goto out;
 	}
 	r = sbx_relayer(&c->set, s->sandbox_id, p->agent->home, lowers, n, layer, err);
@@ -1717,6 +1900,7 @@ fail:;
 	(void)ctl_db_session_delete(c->db, tenant, s.id, &e3);
 	if (rp)
 		(void)st_session_delete(rp, s.id, &e3);
+	trees_unmount(sdir);
 	(void)rm_tree(sdir);
 	return r;
 }
@@ -2437,6 +2621,7 @@ int ctl_session_delete(struct ctl_ctx *c, const char *tenant, const char *sessio
 	char sdir[PATH_MAX_CTL];
 	if (session_dir(c, tenant, s.id, sdir, sizeof(sdir)) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	trees_unmount(sdir);
 	if ((r = rm_tree(sdir)) < 0)
 		return al_error_set_errno(err, r, "cannot remove %s", sdir);
 	lowers_gc(c, tenant, false);

@@ -51,7 +51,8 @@ def config_text(state, extra_preset="", network="none"):
             ("fake", "fake", "turn_time: 60s, output: 4M", extra_preset),
             ("fake-nodash", "fake-nodash", "turn_time: 60s", "    github: [a/*]\n"),
             ("fake-short", "fake", "turn_time: 2s, output: 4M", ""),
-            ("fake-homedir", "fake-homedir", "turn_time: 60s, output: 4M", "")):
+            ("fake-homedir", "fake-homedir", "turn_time: 60s, output: 4M", ""),
+            ("fake-disk", "fake", "turn_time: 60s, output: 4M, disk: 32M", "")):
         presets += f"""  {name}:
     agent: {agent}
     network: {network}
@@ -550,6 +551,46 @@ def test_an_agent_that_moves_its_home_gets_a_failed_turn_not_a_lost_workspace(ct
     assert last_text(ctl, sid) == "I remember: write a.txt 1"
     assert ctl.turn(sid, "run ls /workspace /home").returncode == 0
     assert last_text(ctl, sid) == "exit 0\n/home:\nagent\n\n/workspace:\na.txt\n"
+
+
+def loops_backed_under(path):
+    out = []
+    for dev in os.listdir("/sys/block"):
+        try:
+            back = open(f"/sys/block/{dev}/loop/backing_file").read().strip()
+        except OSError:
+            continue
+        if back.startswith(str(path)):
+            out.append((dev, back))
+    return out
+
+
+def test_disk_limit_holds_across_turns_and_leaves_no_mount_behind(ctl):
+    fill = "run dd if=/dev/zero of=/workspace/{} bs=1M count=64 2>&1 | grep -o 'No space left'"
+    p = ctl("run", "--preset", "fake-disk", "--json", fill.format("big"))
+    assert p.returncode == 0, ctl.result(p)
+    sid = ctl.session_of(p)
+    assert last_text(ctl, sid) == "exit 0\nNo space left\n"
+    tree = tree_of(ctl, sid)
+    assert (tree / "disk.img").is_file() and os.path.ismount(tree / "disk")
+    assert loops_backed_under(ctl.state)
+    # The closed layer still counts: the next turn has no more room, and
+    # what was written is in the checkpoints.
+    assert ctl.turn(sid, fill.format("big2")).returncode == 0
+    assert last_text(ctl, sid) == "exit 0\nNo space left\n"
+    assert ctl.turn(sid, "run du -sm /workspace").returncode == 0
+    used = int(last_text(ctl, sid).split()[2])
+    assert 20 <= used <= 33, last_text(ctl, sid)
+    d = ctl("diff", sid, "1", check=True).stdout.decode()
+    assert "A big" in d
+    # A failed turn's writes go with its layer: the room comes back.
+    assert ctl.turn(sid, "writefail x").returncode == 1
+    assert ctl.turn(sid, "run rm /workspace/big /workspace/big2 && df -m /workspace | tail -1"
+                    ).returncode == 0
+    # Deleting the session unmounts and frees it all.
+    assert ctl("session", "rm", sid).returncode == 0
+    assert str(ctl.state) not in open("/proc/self/mountinfo").read()
+    assert loops_backed_under(ctl.state) == []
 
 
 def test_new_layer_waits_for_nothing_and_a_busy_sandbox_keeps_its_layer(ctl):
