@@ -103,6 +103,9 @@ static void sandbox_usage(FILE *f)
 	      "  airlock sandbox audit ID                            print its gateway's audit log\n"
 	      "  airlock sandbox policy ID FILE                      replace its rules (a policy file's\n"
 	      "                                                      rules:) with a new generation\n"
+	      "  airlock sandbox budget ID [--requests N] [--bytes SIZE]\n"
+	      "                                                      a new egress budget (0: no limit),\n"
+	      "                                                      counted from zero\n"
 	      "  airlock sandbox gc                                  remove what crashes left behind\n"
 	      "\noptions:\n",
 	      f);
@@ -614,6 +617,58 @@ static int do_policy(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * `sandbox budget ID [--requests N] [--bytes SIZE]`: a new egress budget
+ * (0 or absent: no limit), counted from zero; prints what the old one spent.
+ */
+static int do_budget(int argc, char **argv)
+{
+	static const char usage[] =
+		"usage: airlock sandbox budget ID [--requests N] [--bytes SIZE]";
+	if (argc < 2 || argc % 2 != 0)
+		return cli_fail("%s", usage);
+	const char *id = argv[1];
+	if (!sbx_id_valid(id))
+		return cli_fail("'%s' is not a sandbox id", id);
+	uint64_t max_requests = 0, max_bytes = 0;
+	bool seen_requests = false, seen_bytes = false;
+	for (int i = 2; i < argc; i += 2) {
+		if (strcmp(argv[i], "--requests") == 0 && !seen_requests) {
+			seen_requests = true;
+			if (parse_u64(argv[i + 1], &max_requests) < 0)
+				return cli_fail("--requests: '%s' is not a number", argv[i + 1]);
+		} else if (strcmp(argv[i], "--bytes") == 0 && !seen_bytes) {
+			seen_bytes = true;
+			if (parse_size(argv[i + 1], &max_bytes) < 0)
+				return cli_fail(
+					"--bytes: '%s' is not a size (1048576, 512K, 10M ...)",
+					argv[i + 1]);
+		} else {
+			return cli_fail("%s", usage);
+		}
+	}
+	struct sbx_settings set;
+	if (settings(&set))
+		return EXIT_AIRLOCK_ERROR;
+	char sock[4096];
+	if (snprintf(sock, sizeof(sock), "%s/%s/gateway.sock", set.state_dir, id) >=
+	    (int)sizeof(sock))
+		return cli_fail("state directory path too long");
+	struct al_error err = { 0 };
+	struct gw_budget_used used;
+	int r = gw_set_budget(sock, max_requests, max_bytes, &used, &err);
+	if (r < 0) {
+		if (r == -ENOENT || r == -ECONNREFUSED)
+			return cli_fail(
+				"sandbox %s has no gateway (no such sandbox, or --network none)",
+				id);
+		return cli_fail("%s", al_error_message(&err));
+	}
+	printf("budget set; the previous one spent %" PRIu64 " requests, %" PRIu64 " bytes\n",
+	       used.requests, used.bytes);
+	return 0;
+}
+
 static int do_gc(int argc, char **argv)
 {
 	if (argc > 1)
@@ -653,6 +708,8 @@ int cmd_sandbox(int argc, char **argv)
 		return do_audit(argc - 1, argv + 1);
 	if (strcmp(sub, "policy") == 0)
 		return do_policy(argc - 1, argv + 1);
+	if (strcmp(sub, "budget") == 0)
+		return do_budget(argc - 1, argv + 1);
 	if (strcmp(sub, "--help") == 0 || strcmp(sub, "help") == 0 || strcmp(sub, "-h") == 0) {
 		sandbox_usage(stdout);
 		return 0;

@@ -248,7 +248,7 @@ void gw_audit(struct conn *c, const char *decision)
 	c->audited = true;
 	/* clang-format off */
 	struct gw_audit_rec r = {
-		.kind = "http", .decision = decision, .method = c->method, .host = c->host,
+		.kind = c->audit_kind ? c->audit_kind : "http", .decision = decision, .method = c->method, .host = c->host,
 		.path = c->path, .rule = c->rule, .credential = c->cred_name, .reason = c->reason,
 		.port = c->port, .status = c->status, .generation = c->generation,
 		.bytes_up = c->bytes_up, .bytes_down = c->bytes_down,

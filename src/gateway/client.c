@@ -409,18 +409,32 @@ static void inspect_push(struct conn *c)
 	gw_upstream_start(c);
 }
 
+struct chunk_sink {
+	struct evbuffer *out;
+	uint64_t written; /* for the egress budget */
+};
+
 /* A piece of chunk data, framed again by us: chunk-size lines (and their
  * extensions) and trailers are never forwarded as the client wrote them. */
 static int chunk_out(const char *p, size_t n, void *ud)
 {
-	struct evbuffer *out = ud;
+	struct chunk_sink *k = ud;
 	if (n == 0)
 		return 0; /* a zero-size chunk would end the body */
-	if (evbuffer_add_printf(out, "%zx\r\n", n) < 0 || evbuffer_add(out, p, n) < 0 ||
-	    evbuffer_add(out, "\r\n", 2) < 0)
+	int hl = evbuffer_add_printf(k->out, "%zx\r\n", n);
+	if (hl < 0 || evbuffer_add(k->out, p, n) < 0 || evbuffer_add(k->out, "\r\n", 2) < 0)
 		return -1;
+	k->written += (uint64_t)hl + n + 2;
 	return 0;
 }
+
+/*
+ * What a chunked request body is fed at a time stays this far below the
+ * bytes left in the budget, since the gateway writes its own framing: per
+ * feed it writes at most a chunk-size line and two CRLFs (at most 22
+ * bytes) and the last chunk (5) more than it consumed.
+ */
+#define CHUNK_SLACK 32
 
 /* Moves request body bytes from the client to the upstream. */
 static void pump_request_body(struct conn *c)
@@ -433,9 +447,16 @@ static void pump_request_body(struct conn *c)
 			return;
 		}
 		size_t take;
+		uint64_t left = gw_budget_left(c);
 		if (c->req_body == GW_BODY_LENGTH) {
 			size_t avail = evbuffer_get_length(in);
 			take = (uint64_t)avail < c->req_left ? avail : (size_t)c->req_left;
+			if (take > left)
+				take = (size_t)left;
+			if (take == 0) {
+				gw_budget_cut(c);
+				return;
+			}
 			c->req_left -= take;
 			if (c->req_left == 0) {
 				c->req_done = true;
@@ -445,9 +466,20 @@ static void pump_request_body(struct conn *c)
 			struct evbuffer_iovec v;
 			if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
 				return;
+			size_t feed = v.iov_len;
+			if (left != UINT64_MAX) {
+				if (left <= CHUNK_SLACK) {
+					gw_budget_cut(c);
+					return;
+				}
+				if (feed > left - CHUNK_SLACK)
+					feed = (size_t)(left - CHUNK_SLACK);
+			}
 			size_t used;
-			int r = gw_chunked_feed(&c->req_ch, v.iov_base, v.iov_len, &used, chunk_out,
-						out);
+			struct chunk_sink sink = { .out = out };
+			int r = gw_chunked_feed(&c->req_ch, v.iov_base, feed, &used, chunk_out,
+						&sink);
+			gw_budget_moved(c, sink.written);
 			if (r < 0) {
 				/* Part of the body went already: nothing to answer. */
 				snprintf(c->reason, sizeof(c->reason),
@@ -462,6 +494,7 @@ static void pump_request_body(struct conn *c)
 			if (r == 1) {
 				/* The last chunk, with no trailer. */
 				evbuffer_add(out, "0\r\n\r\n", 5);
+				gw_budget_moved(c, 5);
 				c->req_done = true;
 				gw_client_read_limit(c, READ_HOLD);
 			}
@@ -469,6 +502,7 @@ static void pump_request_body(struct conn *c)
 		}
 		evbuffer_remove_buffer(in, out, take);
 		c->bytes_up += take;
+		gw_budget_moved(c, take);
 	}
 	/* Once the body is in, the connection stays readable: bytes of a
 	 * next request wait in the input buffer (bounded by its watermark)
@@ -549,8 +583,14 @@ void gw_process_client(struct conn *c)
 				bufferevent_disable(c->cbev, EV_READ);
 				return;
 			}
-			c->bytes_up += evbuffer_get_length(in);
-			evbuffer_add_buffer(out, in);
+			size_t len = evbuffer_get_length(in);
+			uint64_t left = gw_budget_left(c);
+			size_t take = (uint64_t)len <= left ? len : (size_t)left;
+			c->bytes_up += take;
+			gw_budget_moved(c, take);
+			evbuffer_remove_buffer(in, out, take);
+			if (take < len)
+				gw_budget_cut(c);
 			return;
 		}
 		case P_CLOSING:

@@ -262,6 +262,48 @@ void gw_respond_error(struct conn *c, int status, const char *reason, bool keep)
 	gw_process_client(c);
 }
 
+/* ---- the egress budget ---- */
+
+uint64_t gw_budget_left(const struct conn *c)
+{
+	return gw_budget_room(&c->s->budget);
+}
+
+void gw_budget_moved(struct conn *c, uint64_t n)
+{
+	gw_budget_count(&c->s->budget, n);
+}
+
+/*
+ * c has bytes to move and the sandbox's bytes are spent: what it relayed
+ * so far still goes to the client, then the connection goes. A client
+ * that has had nothing of the response yet gets a 403 saying why.
+ */
+void gw_budget_cut(struct conn *c)
+{
+	if (c->budget_cut || c->phase == P_CLOSING)
+		return;
+	c->budget_cut = true;
+	c->audit_kind = "budget";
+	char why[160];
+	if (c->phase != P_TUNNEL && !c->resp_head_done) {
+		snprintf(why, sizeof(why), "the turn's egress budget of %" PRIu64 " bytes is spent",
+			 c->s->budget.max_bytes);
+		/* Interim heads gathered for the client go before our answer. */
+		gw_flush_acc(c);
+		gw_respond_error(c, 403, why, false);
+		return;
+	}
+	snprintf(c->reason, sizeof(c->reason),
+		 "the turn's egress budget of %" PRIu64 " bytes is spent: cut mid-transfer",
+		 c->s->budget.max_bytes);
+	/* A WebSocket's request was audited at its 101: the cut is a line
+	 * of its own. */
+	c->audited = false;
+	gw_audit(c, "deny");
+	gw_close_when_flushed(c);
+}
+
 /* ---- request state ---- */
 
 void gw_reset_request(struct conn *c)
@@ -304,6 +346,8 @@ void gw_reset_request(struct conn *c)
 	c->cred_name = NULL;
 	c->generation = c->e->policy ? c->e->policy->generation : 0;
 	c->audited = false;
+	c->audit_kind = NULL;
+	c->admitted = false;
 	c->head_started = false;
 	clock_gettime(CLOCK_MONOTONIC, &c->t0);
 	if (c->pending)

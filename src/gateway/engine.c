@@ -3,7 +3,7 @@
  * The gateway's engine: one libevent loop serving the listeners of every
  * attached sandbox. A connection's sandbox is the one whose listener
  * accepted it. Also the sandbox's DNS stub and the control socket (ATTACH
- * frames from the caller, policy generations from root).
+ * frames from the caller, policy generations and egress budgets from root).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -70,6 +70,8 @@ static void dns_cb_udp(evutil_socket_t fd, short what, void *ud)
 
 /* ---- sandboxes ---- */
 
+static void ctl_req_free(struct gw_ctl_req *q);
+
 static void sandbox_free(struct gw_sbx *s)
 {
 	struct gw_engine *e = s->e;
@@ -82,6 +84,8 @@ static void sandbox_free(struct gw_sbx *s)
 			evconnlistener_free(s->listeners[i]);
 	if (s->control)
 		evconnlistener_free(s->control);
+	while (s->ctl_reqs)
+		ctl_req_free(s->ctl_reqs);
 	if (s->dns_ev)
 		event_free(s->dns_ev);
 	if (s->watch_ev)
@@ -195,29 +199,63 @@ static int set_policy(struct gw_engine *e, const uint8_t *text, size_t len, uint
 	return 0;
 }
 
-/* One request per connection on a sandbox's control socket. */
-static void policy_conn_cb(evutil_socket_t fd, short what, void *ud)
+static void ctl_req_free(struct gw_ctl_req *q)
 {
-	struct gw_engine *e = ud;
-	static const struct ipc_type types[] = { { GW_IPC_POLICY, GW_POLICY_TEXT_MAX, 0 } };
+	for (struct gw_ctl_req **pp = &q->s->ctl_reqs; *pp; pp = &(*pp)->next)
+		if (*pp == q) {
+			*pp = q->next;
+			break;
+		}
+	if (q->ev)
+		event_free(q->ev);
+	close(q->fd);
+	free(q);
+}
+
+/* A new budget for the sandbox, its counts from zero; the answer is what
+ * the old one spent. */
+static int set_budget(struct gw_sbx *s, const struct ipc_msg *m, uint8_t *answer,
+		      struct al_error *err)
+{
+	uint64_t max_requests, max_bytes;
+	if (gw_budget_decode(m->data, m->len, &max_requests, &max_bytes) < 0)
+		return al_error_set(err, -EBADMSG, "malformed budget request");
+	gw_budget_encode(s->budget.requests, s->budget.bytes, answer);
+	gw_budget_set(&s->budget, max_requests, max_bytes);
+	return 0;
+}
+
+/* One request per connection on a sandbox's control socket. */
+static void ctl_req_cb(evutil_socket_t fd, short what, void *ud)
+{
+	struct gw_ctl_req *q = ud;
+	struct gw_sbx *s = q->s;
+	static const struct ipc_type types[] = { { GW_IPC_POLICY, GW_POLICY_TEXT_MAX, 0 },
+						 { GW_IPC_BUDGET, GW_BUDGET_FRAME_LEN, 0 } };
 	struct ipc_msg m = IPC_MSG_INIT;
-	int r = ipc_recv(fd, types, ARRAY_SIZE(types), &m);
+	int r = (what & EV_TIMEOUT) ? -ETIMEDOUT : ipc_recv(fd, types, ARRAY_SIZE(types), &m);
 	struct al_error err = { 0 };
 	uint64_t gen = 0;
+	uint8_t used[GW_BUDGET_FRAME_LEN];
 	if (r < 0)
 		r = al_error_set(&err, r, "bad request on the control socket");
+	else if (m.type == GW_IPC_BUDGET)
+		r = set_budget(s, &m, used, &err);
 	else
-		r = set_policy(e, m.data, m.len, &gen, &err);
+		r = set_policy(s->e, m.data, m.len, &gen, &err);
+	uint32_t type = m.type;
 	ipc_msg_done(&m);
 	if (r < 0) {
 		const char *msg = al_error_message(&err);
 		ipc_send(fd, GW_IPC_ERROR, msg, strlen(msg), NULL, 0);
+	} else if (type == GW_IPC_BUDGET) {
+		ipc_send(fd, GW_IPC_BUDGET_SET, used, sizeof(used), NULL, 0);
 	} else {
 		char g[32];
 		int n = snprintf(g, sizeof(g), "%" PRIu64, gen);
 		ipc_send(fd, GW_IPC_POLICY_SET, g, (size_t)n, NULL, 0);
 	}
-	close(fd);
+	ctl_req_free(q);
 }
 
 static void control_accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
@@ -231,9 +269,19 @@ static void control_accept_cb(struct evconnlistener *l, evutil_socket_t fd, stru
 		close(fd);
 		return;
 	}
-	struct timeval tv = { .tv_sec = 5 };
-	if (event_base_once(s->e->base, fd, EV_READ, policy_conn_cb, s->e, &tv) < 0)
+	struct gw_ctl_req *q = calloc(1, sizeof(*q));
+	if (!q) {
 		close(fd);
+		return;
+	}
+	q->s = s;
+	q->fd = fd;
+	q->next = s->ctl_reqs;
+	s->ctl_reqs = q;
+	struct timeval tv = { .tv_sec = 5 };
+	q->ev = event_new(s->e->base, fd, EV_READ, ctl_req_cb, q);
+	if (!q->ev || event_add(q->ev, &tv) < 0)
+		ctl_req_free(q);
 }
 
 static void ctl_cb(evutil_socket_t fd, short what, void *ud)

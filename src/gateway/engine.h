@@ -4,7 +4,7 @@
  * each other.
  *
  *   engine.c    the loop, sandboxes (listeners, the DNS stub), the control
- *               socket (ATTACH, policy generations)
+ *               socket (ATTACH, policy generations, egress budgets)
  *   client.c    the client side: accepting, TLS towards the sandbox, request
  *               heads, the decision's two steps applied, request bodies
  *   upstream.c  the upstream side: addresses, connecting, the pool of idle
@@ -30,6 +30,7 @@
 #include <event2/listener.h>
 #include <openssl/ssl.h>
 
+#include "gateway/budget.h"
 #include "gateway/http.h"
 #include "gateway/internal.h"
 
@@ -132,6 +133,15 @@ struct gw_audit_rec {
 	double duration_ms;
 };
 
+/* A request on a sandbox's control socket, waiting for its frame: owned
+ * by the sandbox, so nothing names a sandbox that is gone. */
+struct gw_ctl_req {
+	struct gw_sbx *s;
+	int fd;
+	struct event *ev;
+	struct gw_ctl_req *next;
+};
+
 struct gw_sbx {
 	struct gw_engine *e;
 	char id[GW_SANDBOX_ID_MAX + 1];
@@ -139,7 +149,12 @@ struct gw_sbx {
 	struct evconnlistener *listeners[3];
 	int dns_fd, watch_fd;
 	struct event *dns_ev, *watch_ev;
-	struct evconnlistener *control; /* root's socket for policy changes */
+	struct evconnlistener *control; /* root's socket: policy changes, the budget */
+	struct gw_ctl_req *ctl_reqs;
+	/* The egress budget (budget.h), set by root (GW_IPC_BUDGET): requests
+	 * are admitted in gw_upstream_start, bytes counted where they move
+	 * between a client and its upstream (client.c, response.c). */
+	struct gw_budget budget;
 	struct conn *conns;
 	size_t n_conns;
 	uint64_t queued;     /* bytes in this sandbox's connection buffers */
@@ -266,6 +281,9 @@ struct conn {
 	uint64_t generation;
 	char reason[256];
 	bool audited;
+	const char *audit_kind; /* NULL: "http" */
+	bool admitted;		/* this request is counted in the sandbox's budget */
+	bool budget_cut;	/* cut for the budget (audited once) */
 };
 
 /* conn.c */
@@ -294,6 +312,11 @@ bool gw_client_flushed(struct conn *c);
 void gw_close_when_flushed(struct conn *c);
 void gw_respond_error(struct conn *c, int status, const char *reason, bool keep);
 void gw_reset_request(struct conn *c);
+/* The egress budget: the bytes c may still move for its sandbox, counting
+ * n of them moved, and cutting c when it has more to move than that. */
+uint64_t gw_budget_left(const struct conn *c);
+void gw_budget_moved(struct conn *c, uint64_t n);
+void gw_budget_cut(struct conn *c);
 
 /* audit.c */
 /* The line of c's request (kind http), once per request. */

@@ -136,11 +136,11 @@ int gw_start(const struct gw_options *opts, const struct gw_start_opts *so, stru
 
 /* A sandbox's listeners, created in its network namespace; -1 when absent. */
 struct gw_listeners {
-	int proxy;   /* TCP GW_PROXY_ADDR:GW_PROXY_PORT, listening */
-	int http;    /* TCP GW_TRANSPARENT_ADDR:80, listening */
-	int https;   /* TCP GW_TRANSPARENT_ADDR:443, listening */
-	int dns;     /* UDP GW_DNS_ADDR:53, bound */
-	int control; /* optional: a listening AF_UNIX socket (root only) for gw_set_policy */
+	int proxy; /* TCP GW_PROXY_ADDR:GW_PROXY_PORT, listening */
+	int http;  /* TCP GW_TRANSPARENT_ADDR:80, listening */
+	int https; /* TCP GW_TRANSPARENT_ADDR:443, listening */
+	int dns;   /* UDP GW_DNS_ADDR:53, bound */
+	int control; /* optional: a listening AF_UNIX socket (root only): gw_set_policy, gw_set_budget */
 };
 
 /*
@@ -160,6 +160,23 @@ int gw_attach(struct gw_proc *gp, const char *sandbox_id, const struct gw_listen
  */
 int gw_set_policy(const char *control_path, const char *text, size_t len, uint64_t *ret_generation,
 		  struct al_error *err);
+
+/* What a sandbox's egress budget spent, as gw_set_budget reports it. */
+struct gw_budget_used {
+	uint64_t requests; /* requests admitted and sent upstream */
+	uint64_t bytes;	   /* bytes relayed to and from upstreams */
+};
+
+/*
+ * Sets the egress budget of the sandbox served behind the control socket at
+ * path (as gw_set_policy): at most max_requests requests and max_bytes bytes
+ * relayed to and from upstreams from now on (0: no limit for that one), the
+ * counts starting from zero. What counts, and what happens at the limit, is
+ * in docs/gateway.md ("Egress budget"). *ret_used (when not NULL): what the
+ * budget it replaces spent.
+ */
+int gw_set_budget(const char *control_path, uint64_t max_requests, uint64_t max_bytes,
+		  struct gw_budget_used *ret_used, struct al_error *err);
 
 /* Stops the gateway (SIGKILL if it does not stop within a second), reaps it, frees gp. */
 void gw_stop(struct gw_proc *gp);

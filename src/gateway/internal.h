@@ -139,6 +139,8 @@ enum {
 	GW_IPC_POLICY,	  /* root -> gateway (control socket): YAML rules */
 	GW_IPC_POLICY_SET, /* gateway -> root: the new generation, as text */
 	GW_IPC_HANDOVER,   /* caller -> new gateway process: its options (handover.h) */
+	GW_IPC_BUDGET,	   /* root -> gateway (control socket): max requests, bytes (budget.h) */
+	GW_IPC_BUDGET_SET, /* gateway -> root: what the replaced budget spent (budget.h) */
 };
 
 #define GW_POLICY_TEXT_MAX (1024 * 1024)

@@ -26,6 +26,7 @@
 #include "common/ipc.h"
 #include "common/libexec.h"
 #include "common/parse.h"
+#include "gateway/budget.h"
 #include "gateway/handover.h"
 #include "gateway/internal.h"
 
@@ -367,12 +368,9 @@ void gw_release(struct gw_proc *gp)
 	proc_free(gp);
 }
 
-int gw_set_policy(const char *control_path, const char *text, size_t len, uint64_t *ret_generation,
-		  struct al_error *err)
+/* A connection to a sandbox's control socket; the descriptor or -errno. */
+static int control_connect(const char *control_path, struct al_error *err)
 {
-	if (len > GW_POLICY_TEXT_MAX)
-		return al_error_set(err, -E2BIG, "the policy is larger than %u bytes",
-				    GW_POLICY_TEXT_MAX);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	if (strlen(control_path) >= sizeof(sa.sun_path))
 		return al_error_set(err, -ENAMETOOLONG, "%s: path too long", control_path);
@@ -383,6 +381,18 @@ int gw_set_policy(const char *control_path, const char *text, size_t len, uint64
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		return al_error_set_errno(
 			err, -errno, "the sandbox's gateway is not reachable at %s", control_path);
+	return TAKE_FD(fd);
+}
+
+int gw_set_policy(const char *control_path, const char *text, size_t len, uint64_t *ret_generation,
+		  struct al_error *err)
+{
+	if (len > GW_POLICY_TEXT_MAX)
+		return al_error_set(err, -E2BIG, "the policy is larger than %u bytes",
+				    GW_POLICY_TEXT_MAX);
+	_cleanup_close_ int fd = control_connect(control_path, err);
+	if (fd < 0)
+		return fd;
 	int r = ipc_send(fd, GW_IPC_POLICY, text, len, NULL, 0);
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot reach the gateway");
@@ -398,5 +408,30 @@ int gw_set_policy(const char *control_path, const char *text, size_t len, uint64
 	if (parse_u64(g, &gen) < 0)
 		return al_error_set(err, -EBADMSG, "unexpected answer from the gateway");
 	*ret_generation = gen;
+	return 0;
+}
+
+int gw_set_budget(const char *control_path, uint64_t max_requests, uint64_t max_bytes,
+		  struct gw_budget_used *ret_used, struct al_error *err)
+{
+	_cleanup_close_ int fd = control_connect(control_path, err);
+	if (fd < 0)
+		return fd;
+	uint8_t frame[GW_BUDGET_FRAME_LEN];
+	gw_budget_encode(max_requests, max_bytes, frame);
+	int r = ipc_send(fd, GW_IPC_BUDGET, frame, sizeof(frame), NULL, 0);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot reach the gateway");
+	struct ipc_msg m = IPC_MSG_INIT;
+	r = recv_reply(fd, GW_IPC_BUDGET_SET, &m, GW_BUDGET_FRAME_LEN, err, "setting the budget");
+	if (r < 0)
+		return r;
+	struct gw_budget_used used;
+	r = gw_budget_decode(m.data, m.len, &used.requests, &used.bytes);
+	ipc_msg_done(&m);
+	if (r < 0)
+		return al_error_set(err, -EBADMSG, "unexpected answer from the gateway");
+	if (ret_used)
+		*ret_used = used;
 	return 0;
 }

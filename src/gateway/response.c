@@ -310,6 +310,13 @@ static bool response_head(struct conn *c, struct evbuffer *in)
 		gw_respond_error(c, 502, "malformed response from the upstream", false);
 		return false;
 	}
+	/* A head is taken whole from the upstream, or not at all. */
+	if (res->head_len > gw_budget_left(c)) {
+		free(res);
+		gw_budget_cut(c);
+		return false;
+	}
+	gw_budget_moved(c, res->head_len);
 	c->status = res->status;
 	if (res->status >= 100 && res->status < 200 && res->status != 101) {
 		/* Interim (100 Continue, 103 Early Hints): passed on, the final
@@ -399,15 +406,32 @@ static void pump_response_inner(struct conn *c)
 		}
 		gw_flush_acc(c);
 		if (!c->ws) {
-			c->bytes_down += evbuffer_get_length(in);
-			evbuffer_add_buffer(out, in);
+			size_t len = evbuffer_get_length(in);
+			uint64_t left = gw_budget_left(c);
+			size_t take = (uint64_t)len <= left ? len : (size_t)left;
+			c->bytes_down += take;
+			gw_budget_moved(c, take);
+			evbuffer_remove_buffer(in, out, take);
+			if (take < len) {
+				gw_budget_cut(c);
+				return;
+			}
 		}
 		while (c->ws && evbuffer_get_length(in) > 0) {
 			struct evbuffer_iovec v;
 			if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
 				return;
+			uint64_t left = gw_budget_left(c);
+			if (left == 0) {
+				gw_flush_acc(c);
+				gw_budget_cut(c);
+				return;
+			}
 			size_t used = 0;
-			int r = gw_ws_feed(c->ws, v.iov_base, v.iov_len, &used, ws_out, c);
+			int r = gw_ws_feed(c->ws, v.iov_base,
+					   (uint64_t)v.iov_len <= left ? v.iov_len : (size_t)left,
+					   &used, ws_out, c);
+			gw_budget_moved(c, used);
 			evbuffer_drain(in, used);
 			if (r < 0) {
 				gw_flush_acc(c);
@@ -471,10 +495,18 @@ static void pump_response_inner(struct conn *c)
 		}
 		if (evbuffer_get_length(in) == 0 || evbuffer_peek(in, -1, NULL, &v, 1) < 1)
 			return;
-		size_t take = v.iov_len;
+		/* The egress budget: the bytes as they come from the upstream
+		 * (framing included, before decoding). */
+		uint64_t left = gw_budget_left(c);
+		if (left == 0) {
+			gw_budget_cut(c);
+			return;
+		}
+		size_t take = (uint64_t)v.iov_len <= left ? v.iov_len : (size_t)left;
 		int r = 0;
 		if (c->resp_body == GW_BODY_CHUNKED) {
-			r = gw_chunked_feed(&c->resp_ch, v.iov_base, v.iov_len, &take, body_in, c);
+			r = gw_chunked_feed(&c->resp_ch, v.iov_base, take, &take, body_in, c);
+			gw_budget_moved(c, take);
 			if (r < 0) {
 				cut_off(c, "malformed chunked response");
 				return;
@@ -490,6 +522,7 @@ static void pump_response_inner(struct conn *c)
 		}
 		if (c->resp_body == GW_BODY_LENGTH)
 			c->resp_left -= take;
+		gw_budget_moved(c, take);
 		if (c->red || c->dec) {
 			r = body_in(v.iov_base, take, c);
 			evbuffer_drain(in, take);

@@ -481,12 +481,44 @@ static bool idempotent(const char *method)
 	return false;
 }
 
+/*
+ * The sandbox's egress budget admits the request (counted, with its head)
+ * or it is refused with 403; false then. Once per request: a retry on a
+ * fresh connection, or a pooled one, is the same request.
+ */
+static bool budget_admit(struct conn *c)
+{
+	if (c->admitted)
+		return true;
+	const struct gw_budget *b = &c->s->budget;
+	int r = gw_budget_admit(&c->s->budget, evbuffer_get_length(c->pending));
+	if (r == 0) {
+		c->admitted = true;
+		return true;
+	}
+	char why[160];
+	if (r == -EDQUOT)
+		snprintf(why, sizeof(why),
+			 "the turn's egress budget of %" PRIu64 " requests is spent",
+			 b->max_requests);
+	else
+		snprintf(why, sizeof(why), "the turn's egress budget of %" PRIu64 " bytes is spent",
+			 b->max_bytes);
+	c->cred_name = NULL; /* the head that carries it never goes */
+	c->audit_kind = "budget";
+	/* Its body, if any, was not read: the connection cannot go on. */
+	gw_respond_error(c, 403, why, c->req_done && c->phase == P_HEAD);
+	return false;
+}
+
 /* Picks the upstream address: operator override, static host, IP literal, or DNS. */
 void gw_upstream_start(struct conn *c)
 {
 	struct gw_engine *e = c->e;
 	const struct gw_config *cfg = e->cfg;
 	bool credentialed = c->cred_name != NULL;
+	if (!budget_admit(c))
+		return;
 	/* The same upstream as the last request: go on on that connection,
 	 * if nothing came from it since its last response. */
 	if (c->ubev && c->up_reusable && strcmp(c->up_host, c->host) == 0 &&
@@ -636,6 +668,13 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud)
 	    evbuffer_get_length(bufferevent_get_input(bev)) == 0) {
 		gw_up_free(c);
 		c->up_reusable = c->reused = false;
+		/* The head goes again: its bytes count again. */
+		uint64_t n = evbuffer_get_length(c->retry);
+		if (n > gw_budget_left(c)) {
+			gw_budget_cut(c);
+			return;
+		}
+		gw_budget_moved(c, n);
 		evbuffer_add_buffer(c->pending, c->retry);
 		gw_upstream_start(c);
 		return;

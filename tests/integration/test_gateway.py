@@ -170,7 +170,7 @@ def check_audit_line(l):
         assert set(l) == MARKER_KEYS, l
     else:
         assert AUDIT_KEYS <= set(l) <= AUDIT_KEYS | {"path_truncated"}, f"audit keys: {sorted(l)}"
-    assert l["kind"] in ("http", "dns", "tls", "tcp", "audit"), l
+    assert l["kind"] in ("http", "dns", "tls", "tcp", "audit", "budget"), l
     assert l["decision"] in ("allow", "deny", "error"), l
 
 
