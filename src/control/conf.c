@@ -643,14 +643,6 @@ static int parse_limits(const struct config_node *n, struct ctl_limits *l, struc
 	if (r >= 0)
 		r = config_map_check_keys(n, NULL, keys, err);
 	const struct config_node *v;
-	/* Parsed, but not enforced by this version: a limit that would not
-	 * hold is refused rather than taken silently. */
-	static const char *const later[] = { "egress_requests", "egress_bytes" };
-	for (size_t i = 0; r >= 0 && i < ARRAY_SIZE(later); i++)
-		if ((v = config_map_get(n, later[i])))
-			r = config_error(v, NULL, err,
-					 "not enforced by this version of airlock: remove it (a "
-					 "limit that would not hold is not accepted)");
 	if (r >= 0 && (v = config_map_get(n, "memory")))
 		r = config_get_size(v, NULL, &l->memory, err);
 	if (r >= 0 && (v = config_map_get(n, "pids")))

@@ -2190,6 +2190,25 @@ static int turn_agent(struct ctl_ctx *c, const struct ctl_session *s, const stru
 		.stderr_fd = errp[1],
 	};
 	struct sbx_result res = { 0 };
+	/* The turn's own egress budget, from zero (its gateway refuses what
+	 * passes it, with 403 and an audit line). */
+	bool budget = p->network != SBX_NETWORK_NONE &&
+		      (p->limits.egress_requests || p->limits.egress_bytes);
+	char gsock[PATH_MAX_CTL];
+	if (budget) {
+		if (fmt_path(gsock, sizeof(gsock), "%s/%s/gateway.sock", c->set.state_dir,
+			     s->sandbox_id) < 0)
+			r = al_error_set(err, -ENAMETOOLONG, "path too long");
+		else
+			r = gw_set_budget(gsock, p->limits.egress_requests, p->limits.egress_bytes,
+					  NULL, err);
+		if (r < 0) {
+			outp[1] = safe_close(outp[1]);
+			errp[1] = safe_close(errp[1]);
+			pthread_join(th, NULL);
+			goto out;
+		}
+	}
 	progress(obs, "turn %u: %s is working", t->n, a->title ? a->title : a->name);
 	r = sbx_exec(&c->set, s->sandbox_id, argv, &o, &res, err);
 	outp[1] = safe_close(outp[1]);
@@ -2209,6 +2228,23 @@ static int turn_agent(struct ctl_ctx *c, const struct ctl_session *s, const stru
 	bool exited = res.outcome == SBX_EXITED;
 	int status = exited ? res.status : res.outcome == SBX_SIGNALED ? res.status : -1;
 	ctl_agentout_finish(io.ao, exited, status, oc);
+	if (budget) {
+		/* What the turn spent, said in a status event; the next turn gets
+		 * its own budget. */
+		struct gw_budget_used used = { 0 };
+		struct al_error e2 = { 0 };
+		if (gw_set_budget(gsock, p->limits.egress_requests, p->limits.egress_bytes, &used,
+				  &e2) == 0) {
+			char data[200];
+			snprintf(data, sizeof(data),
+				 "{\"message\":\"egress: %" PRIu64 " requests, %" PRIu64
+				 " bytes (the turn's budget: %" PRIu64 " requests, %" PRIu64
+				 " bytes; 0: none)\"}",
+				 used.requests, used.bytes, p->limits.egress_requests,
+				 p->limits.egress_bytes);
+			(void)on_event("status", data, &io);
+		}
+	}
 	int fr = events_finish(&io);
 	if (fr < 0 && io.rc == 0)
 		io.rc = fr;

@@ -336,3 +336,32 @@ def test_a_narrowed_github_list_takes_the_grant_back(gh, ups):
     gh.conf.write_text(wide)
     text = answer(gh, gh.turn(fork, "run git fetch -q origin && echo FETCHED"))
     assert text == "exit 0\nFETCHED\n", text
+
+
+def test_each_turn_gets_its_own_egress_budget(airlock, tmp_path, ups):
+    c = Ctl(airlock, tmp_path, network="restricted", extra_preset=preset_keys(ups, "[acme/*]"))
+    text = c.conf.read_text()
+    limits = "limits: {memory: 512M, turn_time: 60s, output: 4M}"
+    assert limits in text
+    c.conf.write_text(text.replace(limits, "limits: {memory: 512M, turn_time: 60s, output: 4M, "
+                                   "egress_requests: 2}", 1))
+    for name, value in (("github", TOKEN), ("anthropic", MODEL_KEY)):
+        c("vault", "set", name, input=(value + "\n").encode(), check=True)
+    try:
+        probe = ("run for i in 1 2 3; do curl -s -o /dev/null -w '%{http_code} ' "
+                 "https://api.github.com/repos/acme/widgets; done")
+        p = c.run(probe)
+        assert answer(c, p) == "exit 0\n200 200 403 "
+        sid = c.session_of(p)
+        # The next turn starts from zero again.
+        p2 = c("turn", "--json", sid, probe)
+        assert answer(c, p2) == "exit 0\n200 200 403 "
+        said = [e["data"]["message"] for e in c.events(sid) if e["kind"] == "status" and
+                e["data"].get("message", "").startswith("egress:")]
+        assert len(said) == 2 and all(m.startswith("egress: 2 requests,") for m in said), said
+        # (identical refusals are written once, then counted)
+        refused = [a for a in audit(c, sid) if a["kind"] == "budget"]
+        assert refused and all(a["decision"] == "deny" for a in refused), refused
+        assert "budget" in refused[0]["reason"], refused
+    finally:
+        c.stop_all()

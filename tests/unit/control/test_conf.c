@@ -95,10 +95,9 @@ static void test_preset_errors_name_line_and_key(void **state)
 	load_bad("presets:\n  p:\n    agent: nobody\n", "no agent of that name");
 	load_bad("presets:\n  p:\n    agent: claude\n    network: wide\n", "airlock.yaml:4");
 	load_bad("presets:\n  p:\n    agent: claude\n    limits: {memory: 1M}\n", "at least 64M");
-	/* Not enforced yet: refused, never taken silently. */
 	load_bad("presets:\n  p:\n    agent: claude\n    limits: {disk: 1M}\n", "at least 16M");
-	load_bad("presets:\n  p:\n    agent: claude\n    limits: {egress_bytes: 1G}\n",
-		 "not enforced");
+	load_bad("presets:\n  p:\n    agent: claude\n    limits: {egress_bytes: lots}\n",
+		 "airlock.yaml:4");
 	load_bad("presets:\n  p:\n    agent: claude\n    github: [\"a/b/c\"]\n", "OWNER/REPO");
 	load_bad("presets:\n  P!:\n    agent: claude\n", "preset's name");
 	load_bad("stat_dir: /x\n", "unknown key");
