@@ -641,13 +641,20 @@ static int cmd_vault(struct opts *o)
 		/* On a terminal the key is typed (or pasted) unseen. */
 		struct termios quiet;
 		bool tty = isatty(0) && tcgetattr(0, &vault_saved_tty) == 0;
+		/* Ctrl-C and the like end it with the echo back; Ctrl-Z and
+		 * Ctrl-\ (a stop with echo on, a core with the key in it) are
+		 * ignored while the value is read. */
 		static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP };
 		struct sigaction old[ARRAY_SIZE(sigs)];
 		if (tty) {
 			struct sigaction sa = { .sa_handler = vault_restore_tty };
+			struct sigaction ign = { .sa_handler = SIG_IGN };
 			sigemptyset(&sa.sa_mask);
+			sigemptyset(&ign.sa_mask);
 			for (size_t i = 0; i < ARRAY_SIZE(sigs); i++)
-				sigaction(sigs[i], &sa, &old[i]);
+				sigaction(sigs[i],
+					  sigs[i] == SIGQUIT || sigs[i] == SIGTSTP ? &ign : &sa,
+					  &old[i]);
 			quiet = vault_saved_tty;
 			quiet.c_lflag &= ~(tcflag_t)(ECHO | ECHONL);
 			(void)tcsetattr(0, TCSAFLUSH, &quiet);

@@ -58,6 +58,7 @@
 #include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <time.h>
@@ -722,6 +723,22 @@ static bool tree_disk_mounted(const char *tree)
 	       (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
 }
 
+/* Whether the tree's own filesystem is other than a preset with a disk
+ * limit of disk bytes wants (another size), or nine tenths full: its
+ * closed layers keep what they hold (a file removed later is a whiteout
+ * over it), so only a new tree gives the room back. */
+static bool tree_disk_stale(const char *tree, uint64_t disk)
+{
+	char img[PATH_MAX_CTL], mnt[PATH_MAX_CTL];
+	struct stat st;
+	struct statfs sf;
+	if (fmt_path(img, sizeof(img), "%s/disk.img", tree) < 0 ||
+	    fmt_path(mnt, sizeof(mnt), "%s/disk", tree) < 0 || stat(img, &st) < 0 ||
+	    (uint64_t)st.st_size != disk || statfs(mnt, &sf) < 0 || sf.f_blocks == 0)
+		return true;
+	return sf.f_bavail < sf.f_blocks / 10;
+}
+
 /* Where tree's layer k is: in its own filesystem when it has one. */
 static int layer_dir(const char *tree, unsigned k, char *out, size_t size)
 {
@@ -733,10 +750,13 @@ static int layer_dir(const char *tree, unsigned k, char *out, size_t size)
 	return fmt_path(out, size, "%s%s/%s", tree, tree_has_disk(tree) ? "/disk" : "", lname);
 }
 
-/* The parent of tree's layers, opened. */
+/* The parent of tree's layers, opened; never the host's filesystem for a
+ * tree that has its own but lost the mount. */
 static int layers_parent(const char *tree)
 {
 	char path[PATH_MAX_CTL];
+	if (tree_has_disk(tree) && !tree_disk_mounted(tree))
+		return -ENOTCONN;
 	if (fmt_path(path, sizeof(path), "%s%s", tree, tree_has_disk(tree) ? "/disk" : "") < 0)
 		return -ENAMETOOLONG;
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -786,18 +806,18 @@ static int tree_disk_make(struct ctl_ctx *c, const char *tree, uint64_t size, st
 		open(img, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0 || ftruncate(fd, (off_t)size) < 0 || mkdir(mnt, 0700) < 0)
 		return al_error_set_errno(err, -errno, "cannot make %s", img);
-	snprintf(opt, sizeof(opt), "root_owner=%u:%u,nodiscard", c->conf->workspace_uid,
-		 c->conf->workspace_uid);
+	/* Its root is root's (0755): only the layers in it are the
+	 * workspace uid's. */
+	snprintf(opt, sizeof(opt), "root_owner=0:0,nodiscard");
 	_cleanup_close_ int out = memfd_create("airlock-mkfs", MFD_CLOEXEC);
 	pid_t pid = out < 0 ? -1 : fork();
 	if (pid == 0) {
 		int nul = open("/dev/null", O_RDWR);
 		if (nul < 0 || dup2(nul, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0)
 			_exit(127);
-		const char *argv[] = { "mkfs.ext4", "-q", "-F",		  "-m",
-				       "0",	    "-O", "^has_journal", "-E",
-				       opt,	    "-L", "airlock",	  img,
-				       NULL };
+		const char *argv[] = { "mkfs.ext4", "-q",	    "-F",      "-m",	     "0",
+				       "-O",	    "^has_journal", "-e",      "remount-ro", "-E",
+				       opt,	    "-L",	    "airlock", img,	     NULL };
 		const char *envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL };
 		execvpe(argv[0], (char *const *)argv, (char *const *)envp);
 		_exit(127);
@@ -805,9 +825,10 @@ static int tree_disk_make(struct ctl_ctx *c, const char *tree, uint64_t size, st
 	if (pid < 0)
 		return al_error_set_errno(err, -errno, "cannot run mkfs.ext4");
 	int st = 0;
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+	pid_t w;
+	while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR)
 		;
-	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+	if (w != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
 		char said[400] = "";
 		output_tail(out, said, sizeof(said));
 		return al_error_set(
@@ -1043,9 +1064,17 @@ static _Thread_local bool beyond;
 static int beyond_fn(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
 	(void)ftw;
-	if ((flag == FTW_F && S_ISREG(st->st_mode) && st->st_nlink > 1) ||
-	    (flag != FTW_NS && flag != FTW_DNR && llistxattr(path, NULL, 0) != 0))
+	if (flag == FTW_F && S_ISREG(st->st_mode) && st->st_nlink > 1)
 		beyond = true;
+	/* Any attribute but the security label the host puts on every file
+	 * (SELinux). */
+	char names[256];
+	ssize_t n = flag == FTW_NS || flag == FTW_DNR ? 0 : llistxattr(path, names, sizeof(names));
+	if (n < 0 ? errno != ENOTSUP : n > 0) {
+		static const char label[] = "security.selinux";
+		if (n < 0 || (size_t)n != sizeof(label) || memcmp(names, label, sizeof(label)) != 0)
+			beyond = true;
+	}
 	return beyond ? 1 : 0;
 }
 
@@ -1411,7 +1440,8 @@ static int tree_reuse(struct ctl_ctx *c, const char *sdir, const char *ckpt, uin
 		return 0;
 	/* The preset's disk limit as the tree has it (a limit changed since
 	 * applies from a new tree on), its filesystem mounted. */
-	if (tree_has_disk(tree) != (disk != 0) || (disk && !tree_disk_mounted(tree)))
+	if (tree_has_disk(tree) != (disk != 0) ||
+	    (disk && (!tree_disk_mounted(tree) || tree_disk_stale(tree, disk))))
 		return 0;
 	/* Every layer from k on goes: a crash between a layer's start and its
 	 * record can leave one more. */
@@ -1986,6 +2016,30 @@ static int on_event(const char *kind, const char *data, void *ud)
 	return 0;
 }
 
+/* One event of airlock's own, stored even past the cap. */
+static int event_own(struct turn_io *t, const char *kind, const char *data)
+{
+	char *k = strdup(kind), *d = strdup(data);
+	if (!k || !d) {
+		free(k);
+		free(d);
+		return al_error_set(&t->err, -ENOMEM, "out of memory");
+	}
+	if (t->n_pend == CTL_EVENTS_BATCH_MAX) {
+		int r = events_flush(t);
+		if (r < 0) {
+			free(k);
+			free(d);
+			return r;
+		}
+	}
+	if (t->n_pend == 0)
+		t->pend_since = now_ms();
+	t->pend[t->n_pend++] = (struct ctl_event_in){ k, d };
+	t->pend_bytes += strlen(d);
+	return 0;
+}
+
 /* The last of a turn's events: what is waiting, and the count of those
  * past the cap. */
 static int events_finish(struct turn_io *t)
@@ -1998,14 +2052,9 @@ static int events_finish(struct turn_io *t)
 			 "per turn)\"}",
 			 t->dropped, TURN_EVENTS_MAX);
 		t->dropped = 0;
-		char *k = strdup("status"), *d = strdup(data);
-		if (!k || !d) {
-			free(k);
-			free(d);
-			return al_error_set(&t->err, -ENOMEM, "out of memory");
-		}
-		t->pend[t->n_pend++] = (struct ctl_event_in){ k, d };
-		r = events_flush(t);
+		r = event_own(t, "status", data);
+		if (r >= 0)
+			r = events_flush(t);
 	}
 	return r;
 }
@@ -2048,6 +2097,10 @@ static void *turn_reader(void *ud)
 			}
 			int r = i == 0 ? ctl_agentout_feed(t->ao, buf, (size_t)n) :
 					 ctl_agentout_feed_stderr(t->ao, buf, (size_t)n);
+			/* Waiting events go out in time even while the agent
+			 * never pauses (say it writes to stderr all along). */
+			if (r >= 0 && t->n_pend && now_ms() - t->pend_since >= EVENTS_BATCH_MS)
+				r = events_flush(t);
 			/* A stored event that fails (the database) stops the
 			 * events, never the reading: the agent must not block. */
 			if (r < 0 && t->rc == 0)
@@ -2242,7 +2295,7 @@ static int turn_agent(struct ctl_ctx *c, const struct ctl_session *s, const stru
 				 " bytes; 0: none)\"}",
 				 used.requests, used.bytes, p->limits.egress_requests,
 				 p->limits.egress_bytes);
-			(void)on_event("status", data, &io);
+			(void)event_own(&io, "status", data);
 		}
 	}
 	int fr = events_finish(&io);
@@ -2418,8 +2471,29 @@ static int turn_run(struct ctl_ctx *c, const char *tenant, const char *session, 
 		goto fail;
 	bool reuse = s.sandbox_id[0] && strcmp(s.sandbox_checkpoint, s.last_checkpoint) == 0 &&
 		     sandbox_alive(c, s.sandbox_id);
+	if (reuse && p->limits.disk) {
+		/* Its own filesystem full (or of another size than the preset's
+		 * now): a new tree gives the room back. */
+		char sdir[PATH_MAX_CTL], name[32], tree[PATH_MAX_CTL];
+		if (session_dir(c, tenant, s.id, sdir, sizeof(sdir)) < 0 ||
+		    current_get(sdir, name, sizeof(name)) < 0 ||
+		    fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0 || !tree_has_disk(tree) ||
+		    tree_disk_stale(tree, p->limits.disk))
+			reuse = false;
+	}
 	if (!reuse) {
 		sandbox_discard(c, &s);
+		/* One that could not be destroyed may still write its layer: the
+		 * session's tree is not taken from under it. */
+		if ((r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0)
+			goto fail;
+		if (s.sandbox_id[0]) {
+			r = al_error_set(err, -EBUSY,
+					 "the session's sandbox %s could not be destroyed: run "
+					 "`airlock sandbox destroy %s`",
+					 s.sandbox_id, s.sandbox_id);
+			goto fail;
+		}
 		if ((r = session_sandbox(c, &s, p, NULL, s.last_checkpoint, obs, err)) < 0 ||
 		    (r = ctl_db_session_get(c->db, tenant, s.id, &s, err)) < 0)
 			goto fail;
