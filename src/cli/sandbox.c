@@ -582,6 +582,13 @@ static int do_audit(int argc, char **argv)
 }
 
 /* `sandbox policy ID FILE`: the sandbox's rules, replaced whole. */
+/* The control socket of sandbox id's gateway. */
+static int gateway_sock(const struct sbx_settings *set, const char *id, char *out, size_t size)
+{
+	int n = snprintf(out, size, "%s/%s/gateway.sock", set->state_dir, id);
+	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
 static int do_policy(int argc, char **argv)
 {
 	if (argc != 3)
@@ -593,8 +600,7 @@ static int do_policy(int argc, char **argv)
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
 	char sock[4096];
-	if (snprintf(sock, sizeof(sock), "%s/%s/gateway.sock", set.state_dir, id) >=
-	    (int)sizeof(sock))
+	if (gateway_sock(&set, id, sock, sizeof(sock)) < 0)
 		return cli_fail("state directory path too long");
 	char *text = NULL;
 	size_t len = 0;
@@ -651,8 +657,7 @@ static int do_budget(int argc, char **argv)
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
 	char sock[4096];
-	if (snprintf(sock, sizeof(sock), "%s/%s/gateway.sock", set.state_dir, id) >=
-	    (int)sizeof(sock))
+	if (gateway_sock(&set, id, sock, sizeof(sock)) < 0)
 		return cli_fail("state directory path too long");
 	struct al_error err = { 0 };
 	struct gw_budget_used used;

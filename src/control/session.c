@@ -352,16 +352,26 @@ static int mkdir_owned_at(int dfd, const char *name, mode_t mode, uint32_t uid)
 	return 0;
 }
 
-/* A new, empty tree: tree-<n>/{workspace,home} in the session's directory. */
-static int tree_new(struct ctl_ctx *c, const char *sdir, char *name, size_t size,
-		    struct al_error *err)
+/* A new tree's name (tree-<random>, in name) and path in session
+ * directory sdir. */
+static int tree_name_new(const char *sdir, char *name, size_t size, char path[PATH_MAX_CTL],
+			 struct al_error *err)
 {
 	char rnd[9];
 	random_hex(rnd, 8);
 	snprintf(name, size, "tree-%s", rnd);
-	char path[PATH_MAX_CTL];
-	if (fmt_path(path, sizeof(path), "%s/%s", sdir, name) < 0)
+	if (fmt_path(path, PATH_MAX_CTL, "%s/%s", sdir, name) < 0)
 		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	return 0;
+}
+
+/* A new, empty tree: tree-<n>/{workspace,home} in the session's directory. */
+static int tree_new(struct ctl_ctx *c, const char *sdir, char *name, size_t size,
+		    struct al_error *err)
+{
+	char path[PATH_MAX_CTL];
+	if (tree_name_new(sdir, name, size, path, err) < 0)
+		return -ENAMETOOLONG;
 	uint32_t u = c->conf->workspace_uid;
 	int r = mkdir_owned_at(AT_FDCWD, path, 0755, u);
 	if (r < 0)
@@ -512,6 +522,22 @@ static bool ckpt_name_ok(const char *name)
 	return true;
 }
 
+/* A complete tree from made into the lower directory to, whole (renamed);
+ * when the tenant has that lower already (put there meanwhile by another
+ * runner: as good), from goes instead. */
+static int lower_place(const char *from, const char *to)
+{
+	if (rename(from, to) == 0)
+		return 0;
+	int r = -errno;
+	struct stat st;
+	if ((r == -EEXIST || r == -ENOTEMPTY) && lstat(to, &st) == 0 && S_ISDIR(st.st_mode)) {
+		(void)rm_tree(from);
+		return 0;
+	}
+	return r;
+}
+
 /*
  * The lower directory of checkpoint ckpt (out), restored when the tenant
  * has none yet: into a new directory, renamed into place whole, so that a
@@ -552,13 +578,8 @@ static int lower_get(struct ctl_ctx *c, const char *tenant, const char *ckpt,
 		(void)rm_tree(tmp);
 		return r;
 	}
-	if (rename(tmp, out) < 0) {
-		r = -errno;
+	if ((r = lower_place(tmp, out)) < 0) {
 		(void)rm_tree(tmp);
-		/* Restored by another runner meanwhile: theirs is as good. */
-		if ((r == -EEXIST || r == -ENOTEMPTY) && lstat(out, &st) == 0 &&
-		    S_ISDIR(st.st_mode))
-			return 0;
 		return al_error_set_errno(err, r, "cannot rename %s", tmp);
 	}
 	return 0;
@@ -740,13 +761,12 @@ static bool tree_disk_stale(const char *tree, uint64_t disk)
 }
 
 /* Where tree's layer k is: in its own filesystem when it has one. */
+static void layer_name(unsigned k, char *out, size_t size);
+
 static int layer_dir(const char *tree, unsigned k, char *out, size_t size)
 {
 	char lname[32];
-	if (k == 0)
-		snprintf(lname, sizeof(lname), "layer");
-	else
-		snprintf(lname, sizeof(lname), "layer-%u", k);
+	layer_name(k, lname, sizeof(lname));
 	return fmt_path(out, size, "%s%s/%s", tree, tree_has_disk(tree) ? "/disk" : "", lname);
 }
 
@@ -886,12 +906,9 @@ static int layer_new_in(struct ctl_ctx *c, const char *path, const char *ckpt, u
 static int layer_new(struct ctl_ctx *c, const char *sdir, const char *ckpt, uint64_t disk,
 		     char *name, size_t size, struct al_error *err)
 {
-	char rnd[9];
-	random_hex(rnd, 8);
-	snprintf(name, size, "tree-%s", rnd);
 	char path[PATH_MAX_CTL];
-	if (fmt_path(path, sizeof(path), "%s/%s", sdir, name) < 0)
-		return al_error_set(err, -ENAMETOOLONG, "path too long");
+	if (tree_name_new(sdir, name, size, path, err) < 0)
+		return -ENAMETOOLONG;
 	if (mkdir(path, 0700) < 0)
 		return al_error_set_errno(err, -errno, "cannot create %s", path);
 	int r = layer_new_in(c, path, ckpt, disk, err);
@@ -1024,21 +1041,27 @@ static int current_get(const char *sdir, char *name, size_t size)
 	return 0;
 }
 
-static int current_set(const char *sdir, const char *name)
+/* dir/file holding text, replaced whole (written beside it, renamed). */
+static int file_replace(const char *dir, const char *file, const char *text)
 {
 	char path[PATH_MAX_CTL], tmp[PATH_MAX_CTL];
-	if (fmt_path(path, sizeof(path), "%s/current", sdir) < 0 ||
-	    fmt_path(tmp, sizeof(tmp), "%s/current.tmp", sdir) < 0)
+	if (fmt_path(path, sizeof(path), "%s/%s", dir, file) < 0 ||
+	    fmt_path(tmp, sizeof(tmp), "%s/%s.tmp", dir, file) < 0)
 		return -ENAMETOOLONG;
 	(void)unlink(tmp);
 	_cleanup_close_ int fd =
 		open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
-	int r = write_full(fd, name, strlen(name));
+	int r = write_full(fd, text, strlen(text));
 	if (r < 0)
 		return r;
 	return rename(tmp, path) < 0 ? -errno : 0;
+}
+
+static int current_set(const char *sdir, const char *name)
+{
+	return file_replace(sdir, "current", name);
 }
 
 /* Removes every tree but keep (NULL: all). */
@@ -1106,15 +1129,9 @@ static int lower_adopt(struct ctl_ctx *c, const char *tenant, const char *ckpt, 
 	_cleanup_close_ int lk = lowers_lock(c, tenant, LOCK_SH, err);
 	if (lk < 0)
 		return lk;
-	if (rename(tree, path) == 0)
-		return 0;
-	r = -errno;
-	struct stat st;
-	if ((r == -EEXIST || r == -ENOTEMPTY) && lstat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-		(void)rm_tree(tree);
-		return 0;
-	}
-	return al_error_set_errno(err, r, "cannot move %s to %s", tree, path);
+	if ((r = lower_place(tree, path)) < 0)
+		return al_error_set_errno(err, r, "cannot move %s to %s", tree, path);
+	return 0;
 }
 
 /* ---- the preset's setup ---- */
@@ -1707,23 +1724,17 @@ out:
 static int top_set(struct ctl_ctx *c, const struct ctl_session *s, unsigned k, const char *ckpt,
 		   struct al_error *err)
 {
-	char sdir[PATH_MAX_CTL], name[32], path[PATH_MAX_CTL], tmp[PATH_MAX_CTL];
+	char sdir[PATH_MAX_CTL], name[32], tree[PATH_MAX_CTL];
 	if (session_dir(c, s->tenant, s->id, sdir, sizeof(sdir)) < 0 ||
 	    current_get(sdir, name, sizeof(name)) < 0 ||
-	    fmt_path(path, sizeof(path), "%s/%s/top", sdir, name) < 0 ||
-	    fmt_path(tmp, sizeof(tmp), "%s/%s/top.tmp", sdir, name) < 0)
+	    fmt_path(tree, sizeof(tree), "%s/%s", sdir, name) < 0)
 		return al_error_set(err, -ENOENT, "session %s: no current tree", s->id);
 	char text[64 + CTL_CKPT_HEX], boot[40];
 	boot_id(boot);
 	snprintf(text, sizeof(text), "%u %s %s", k, ckpt, boot);
-	(void)unlink(tmp);
-	_cleanup_close_ int fd =
-		open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	int r = fd < 0 ? -errno : write_full(fd, text, strlen(text));
-	if (r >= 0 && rename(tmp, path) < 0)
-		r = -errno;
+	int r = file_replace(tree, "top", text);
 	if (r < 0)
-		return al_error_set_errno(err, r, "cannot record the new layer in %s", path);
+		return al_error_set_errno(err, r, "cannot record the new layer in %s/top", tree);
 	return 0;
 }
 

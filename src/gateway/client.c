@@ -583,14 +583,7 @@ void gw_process_client(struct conn *c)
 				bufferevent_disable(c->cbev, EV_READ);
 				return;
 			}
-			size_t len = evbuffer_get_length(in);
-			uint64_t left = gw_budget_left(c);
-			size_t take = (uint64_t)len <= left ? len : (size_t)left;
-			c->bytes_up += take;
-			gw_budget_moved(c, take);
-			evbuffer_remove_buffer(in, out, take);
-			if (take < len)
-				gw_budget_cut(c);
+			(void)gw_budget_relay(c, in, out, &c->bytes_up);
 			return;
 		}
 		case P_CLOSING:

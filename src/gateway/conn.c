@@ -274,6 +274,20 @@ void gw_budget_moved(struct conn *c, uint64_t n)
 	gw_budget_count(&c->s->budget, n);
 }
 
+bool gw_budget_relay(struct conn *c, struct evbuffer *in, struct evbuffer *out, uint64_t *counter)
+{
+	size_t len = evbuffer_get_length(in);
+	uint64_t left = gw_budget_left(c);
+	size_t take = (uint64_t)len <= left ? len : (size_t)left;
+	*counter += take;
+	gw_budget_moved(c, take);
+	evbuffer_remove_buffer(in, out, take);
+	if (take == len)
+		return true;
+	gw_budget_cut(c);
+	return false;
+}
+
 /*
  * c has bytes to move and the sandbox's bytes are spent: what it relayed
  * so far still goes to the client, then the connection goes. A client

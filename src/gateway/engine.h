@@ -317,6 +317,10 @@ void gw_reset_request(struct conn *c);
 uint64_t gw_budget_left(const struct conn *c);
 void gw_budget_moved(struct conn *c, uint64_t n);
 void gw_budget_cut(struct conn *c);
+/* Moves what in holds to out as far as the budget allows, adding it to
+ * *counter too; cuts c (gw_budget_cut) and returns false when some was
+ * left over. */
+bool gw_budget_relay(struct conn *c, struct evbuffer *in, struct evbuffer *out, uint64_t *counter);
 
 /* audit.c */
 /* The line of c's request (kind http), once per request. */

@@ -405,18 +405,8 @@ static void pump_response_inner(struct conn *c)
 			return;
 		}
 		gw_flush_acc(c);
-		if (!c->ws) {
-			size_t len = evbuffer_get_length(in);
-			uint64_t left = gw_budget_left(c);
-			size_t take = (uint64_t)len <= left ? len : (size_t)left;
-			c->bytes_down += take;
-			gw_budget_moved(c, take);
-			evbuffer_remove_buffer(in, out, take);
-			if (take < len) {
-				gw_budget_cut(c);
-				return;
-			}
-		}
+		if (!c->ws && !gw_budget_relay(c, in, out, &c->bytes_down))
+			return;
 		while (c->ws && evbuffer_get_length(in) > 0) {
 			struct evbuffer_iovec v;
 			if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)

@@ -603,19 +603,21 @@ def test_new_layer_waits_for_nothing_and_a_busy_sandbox_keeps_its_layer(ctl):
     # no new layer under it (what it writes after the checkpoint stays
     # where the next checkpoint reads it); the next turn writes on in the
     # same layer.
+    # It runs until told to go on (a file in the sandbox's /tmp), whatever
+    # the machine's speed; it says it started on its stdout.
     bg = subprocess.Popen([ctl.a.bin, "sandbox", "exec", s["sandbox"], "--", "sh", "-c",
-                           "echo bg > /workspace/bg.txt; sleep 3; echo late >> /workspace/bg.txt"],
+                           "echo bg > /workspace/bg.txt; echo started; "
+                           "while [ ! -e /tmp/go ]; do sleep 0.05; done; "
+                           "echo late >> /workspace/bg.txt"],
                           env=ctl.a.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        for _ in range(100):
-            if (tree / "layer-1" / "upper" / "workspace" / "bg.txt").exists():
-                break
-            time.sleep(0.05)
+        assert bg.stdout.readline() == b"started\n", bg.stderr.read()
         top = (tree / "top").read_text()
         assert top.startswith("1 ")
         assert ctl.turn(sid, "write b.txt 2").returncode == 0
         assert (tree / "top").read_text() == top and not (tree / "layer-2").exists()
     finally:
+        ctl.a.sandbox("exec", s["sandbox"], "--", "touch", "/tmp/go", check=True)
         assert bg.wait(timeout=30) == 0, bg.stderr.read()
     assert files_under(tree / "layer-1" / "upper" / "workspace") == ["b.txt", "bg.txt"]
     # Idle again: this turn's layer is closed after it, its checkpoint
