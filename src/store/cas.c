@@ -79,7 +79,7 @@ struct st_cas {
 	struct cas_pack *packs;
 	size_t n_packs, cap_packs;
 
-	uint32_t *slots; /* position + 1; 0 is empty */
+	uint64_t *slots; /* slot_make(); 0 is empty */
 	size_t n_slots;	 /* a power of two, kept at most half full */
 	size_t n_used;
 
@@ -159,75 +159,109 @@ static size_t slot_of(const struct st_id *id, size_t n_slots)
 	return (size_t)get_u64(id->b) & (n_slots - 1);
 }
 
+/* A slot: the position + 1 (0: empty), and above it 32 other bits of the
+ * id, so that a probe past another chunk rarely reads its id. */
+static uint64_t slot_make(const struct st_id *id, size_t pos)
+{
+	return (uint64_t)get_u32(id->b + 8) << 32 | (uint64_t)(pos + 1);
+}
+
+static bool slot_is(const struct st_cas *c, uint64_t v, const struct st_id *id)
+{
+	return v >> 32 == get_u32(id->b + 8) &&
+	       memcmp(c->ids[(uint32_t)v - 1].b, id->b, ST_ID_LEN) == 0;
+}
+
 /* The position of id, or SIZE_MAX. */
 static size_t lookup(const struct st_cas *c, const struct st_id *id)
 {
 	if (c->n_slots == 0)
 		return SIZE_MAX;
 	for (size_t i = slot_of(id, c->n_slots);; i = (i + 1) & (c->n_slots - 1)) {
-		uint32_t v = c->slots[i];
+		uint64_t v = c->slots[i];
 		if (v == 0)
 			return SIZE_MAX;
-		if (memcmp(c->ids[v - 1].b, id->b, ST_ID_LEN) == 0)
-			return v - 1;
+		if (slot_is(c, v, id))
+			return (uint32_t)v - 1;
 	}
 }
 
-static void slot_insert(uint32_t *slots, size_t n_slots, const struct st_id *id, uint32_t pos)
+static void slot_put(uint64_t *slots, size_t n_slots, const struct st_id *id, uint64_t v)
 {
 	size_t i = slot_of(id, n_slots);
 	while (slots[i] != 0)
 		i = (i + 1) & (n_slots - 1);
-	slots[i] = pos + 1;
+	slots[i] = v;
 }
 
-static int table_reserve(struct st_cas *c)
+/* Room in the table for n more chunks. */
+static int table_reserve(struct st_cas *c, size_t n)
 {
-	if ((c->n_used + 1) * 2 <= c->n_slots)
+	if ((c->n_used + n) * 2 <= c->n_slots)
 		return 0;
-	size_t n = c->n_slots ? c->n_slots * 2 : 1024;
-	uint32_t *slots = calloc(n, sizeof(*slots));
+	size_t size = c->n_slots ? c->n_slots : 1024;
+	while (size / 2 < c->n_used + n)
+		size *= 2;
+	uint64_t *slots = calloc(size, sizeof(*slots));
 	if (!slots)
 		return -ENOMEM;
 	for (size_t i = 0; i < c->n_slots; i++) {
-		uint32_t v = c->slots[i];
+		uint64_t v = c->slots[i];
 		if (v)
-			slot_insert(slots, n, &c->ids[v - 1], v - 1);
+			slot_put(slots, size, &c->ids[(uint32_t)v - 1], v);
 	}
 	free(c->slots);
 	c->slots = slots;
-	c->n_slots = n;
+	c->n_slots = size;
 	return 0;
 }
 
-/* Appends a chunk record; indexes it unless the id is known already. */
-static int add_rec(struct st_cas *c, const struct st_id *id, const struct cas_loc *loc)
+/* Room for n more records. */
+static int recs_reserve(struct st_cas *c, size_t n)
 {
-	if (c->n_recs >= RECS_MAX)
+	if (n > RECS_MAX - c->n_recs)
 		return -E2BIG;
-	if (c->n_recs == c->cap_recs) {
-		size_t cap = c->cap_recs ? c->cap_recs * 2 : 1024;
-		struct st_id *ids = realloc(c->ids, cap * sizeof(*ids));
-		if (!ids)
-			return -ENOMEM;
-		c->ids = ids;
-		struct cas_loc *locs = realloc(c->locs, cap * sizeof(*locs));
-		if (!locs)
-			return -ENOMEM;
-		c->locs = locs;
-		c->cap_recs = cap;
-	}
-	int r = table_reserve(c);
+	if (c->n_recs + n <= c->cap_recs)
+		return table_reserve(c, n);
+	size_t cap = c->cap_recs ? c->cap_recs : 1024;
+	while (cap < c->n_recs + n)
+		cap *= 2;
+	struct st_id *ids = realloc(c->ids, cap * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	c->ids = ids;
+	struct cas_loc *locs = realloc(c->locs, cap * sizeof(*locs));
+	if (!locs)
+		return -ENOMEM;
+	c->locs = locs;
+	c->cap_recs = cap;
+	return table_reserve(c, n);
+}
+
+/* Appends a chunk record; indexes it unless the id is known already
+ * (*known: where, or SIZE_MAX). */
+static int add_rec(struct st_cas *c, const struct st_id *id, const struct cas_loc *loc,
+		   size_t *known)
+{
+	int r = recs_reserve(c, 1);
 	if (r < 0)
 		return r;
 	size_t pos = c->n_recs++;
 	c->ids[pos] = *id;
 	c->locs[pos] = *loc;
-	if (lookup(c, id) == SIZE_MAX) {
-		slot_insert(c->slots, c->n_slots, id, (uint32_t)pos);
-		c->n_used++;
+	for (size_t i = slot_of(id, c->n_slots);; i = (i + 1) & (c->n_slots - 1)) {
+		uint64_t v = c->slots[i];
+		if (v == 0) {
+			c->slots[i] = slot_make(id, pos);
+			c->n_used++;
+			*known = SIZE_MAX;
+			return 0;
+		}
+		if (slot_is(c, v, id)) {
+			*known = (uint32_t)v - 1;
+			return 0;
+		}
 	}
-	return 0;
 }
 
 static int add_pack(struct st_cas *c, const char *hex, size_t first, size_t n)
@@ -276,6 +310,9 @@ static int load_index(struct st_cas *c, const char *key, const char *hex, const 
 	size_t first = c->n_recs;
 	uint32_t pack = (uint32_t)c->n_packs;
 	uint64_t expect = PACK_MAGIC_LEN + REC_HDR;
+	int rr = recs_reserve(c, count);
+	if (rr < 0)
+		return al_error_set_errno(err, rr, "index %s", key);
 	for (uint32_t i = 0; i < count; i++) {
 		const uint8_t *r = p + INDEX_HDR + (size_t)i * INDEX_REC;
 		struct st_id id;
@@ -291,16 +328,16 @@ static int load_index(struct st_cas *c, const char *key, const char *hex, const 
 			return al_error_set(err, -EBADMSG, "index %s: record %u is out of place",
 					    key, i);
 		expect = loc.off + loc.clen + REC_HDR;
-		size_t at = lookup(c, &id);
+		size_t at;
+		rr = add_rec(c, &id, &loc, &at);
+		if (rr < 0)
+			return al_error_set_errno(err, rr, "index %s", key);
 		if (at != SIZE_MAX && c->locs[at].pack == pack) {
 			char idhex[ST_ID_HEX + 1];
 			st_id_hex(&id, idhex);
 			return al_error_set(err, -EBADMSG, "index %s: chunk %s listed twice", key,
 					    idhex);
 		}
-		int rr = add_rec(c, &id, &loc);
-		if (rr < 0)
-			return al_error_set_errno(err, rr, "index %s", key);
 	}
 	if (expect - REC_HDR != pack_size)
 		return al_error_set(err, -EBADMSG, "index %s: records do not cover the pack", key);
@@ -595,7 +632,8 @@ static int rec_commit(struct st_cas *c, const struct st_id *id, size_t len, size
 		.clen = (uint32_t)clen,
 		.ulen = (uint32_t)len,
 	};
-	int r = add_rec(c, id, &loc);
+	size_t known;
+	int r = add_rec(c, id, &loc, &known);
 	if (r < 0)
 		return r;
 	c->open_len += REC_HDR + clen;

@@ -172,6 +172,38 @@ int st_head_check(struct st_repo *r, const struct st_head *h, struct al_error *e
 	return 0;
 }
 
+int st_checkpoint_chain(struct st_repo *r, const char *id, struct st_head *ret, unsigned *depth,
+			uint64_t *tree_entries, struct al_error *err)
+{
+	int rc = st_checkpoint_head(r, id, ret, err);
+	if (rc < 0)
+		return rc;
+	struct st_head h = *ret;
+	uint64_t sum = h.entries;
+	unsigned k = 0;
+	while (h.base[0]) {
+		if (k == ST_CHAIN_MAX)
+			return al_error_set(err, -EBADMSG,
+					    "checkpoint %s: a chain of more than %d deltas", id,
+					    ST_CHAIN_MAX);
+		struct st_head b;
+		rc = st_checkpoint_head(r, h.base, &b, err);
+		if (rc < 0)
+			return rc;
+		if (b.entries != h.base_entries)
+			return al_error_set(err, -EBADMSG,
+					    "checkpoint %s: made over a base of %" PRIu64
+					    " entries, its base %s has %" PRIu64,
+					    id, h.base_entries, h.base, b.entries);
+		sum += b.entries;
+		k++;
+		h = b;
+	}
+	*depth = k;
+	*tree_entries = sum;
+	return 0;
+}
+
 int st_checkpoint_head(struct st_repo *r, const char *id, struct st_head *ret, struct al_error *err)
 {
 	int rc = st_head_load(r, id, ret, err);

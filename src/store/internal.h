@@ -28,6 +28,10 @@
 
 #define ST_MANIFEST_OBJ_MAX (512u << 20)
 #define ST_STATCACHE_MAX (512u << 20)
+/* The most deltas between a checkpoint and the full manifest under it
+ * (store/manifest.h): a layered snapshot over a lower checkpoint that deep
+ * composes them into one delta instead of adding another. */
+#define ST_CHAIN_MAX 16
 
 struct st_repo {
 	struct st_objstore *os;
@@ -76,6 +80,20 @@ int st_repo_key(char *out, size_t size, const struct st_repo *r, const char *fmt
  * changes (st_manifest_load applies them). */
 int st_manifest_load_raw(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,
 			 struct st_manifest **ret, struct al_error *err);
+
+/*
+ * A checkpoint as a full manifest and changes over it: *ret_root is the
+ * full manifest its chain of bases ends in (id's own when id is full:
+ * *ret_delta is then NULL), *ret_delta id's changes over it, the chain's
+ * deltas composed (its base and base_entries then the root's; base and
+ * *base_entries, when base is not NULL, get id's own). Every manifest is
+ * checked as stored, each delta's base entry count against its base, and
+ * a chain of more than ST_CHAIN_MAX deltas is refused.
+ */
+int st_manifest_load_chain(struct st_repo *r, const char *id,
+			   const struct st_manifest_limits *limits, struct st_manifest **ret_root,
+			   struct st_manifest **ret_delta, char base[ST_ID_HEX + 1],
+			   uint64_t *base_entries, struct al_error *err);
 
 /* Binary search of an array sorted by st_path_cmp on a char * member. */
 const void *st_find_path(const void *base, size_t n, size_t size, size_t path_off,
@@ -155,12 +173,20 @@ int st_head_check(struct st_repo *r, const struct st_head *h, struct al_error *e
 int st_checkpoint_head(struct st_repo *r, const char *id, struct st_head *ret,
 		       struct al_error *err);
 
+/* The head of checkpoint id (st_checkpoint_head), how many deltas lie
+ * between it and the full manifest under it (0: it is one), and at most
+ * how many entries its tree has (the full manifest's and every delta's).
+ * The heads of its bases are read, not their manifests. */
+int st_checkpoint_chain(struct st_repo *r, const char *id, struct st_head *ret, unsigned *depth,
+			uint64_t *tree_entries, struct al_error *err);
+
 /* ---- commits (commit.c) ---- */
 
 /* What a layered snapshot's manifest names besides its tree. */
 struct st_layer_head {
-	const char *base; /* NULL: a full manifest */
-	uint64_t base_entries;
+	const char *base;      /* NULL: a full manifest */
+	uint64_t base_entries; /* the count of entries base's manifest lists */
+	uint64_t base_tree;    /* at most how many its tree has (st_checkpoint_chain) */
 	const char *lower;
 };
 

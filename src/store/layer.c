@@ -122,14 +122,15 @@ int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session, 
 		    struct st_entry **entries, size_t *n, struct timespec now, struct buf *cache,
 		    char out_id[ST_ID_HEX + 1], struct al_error *err)
 {
-	uint64_t base_n = lh->base_entries;
+	uint64_t base_n = lh->base_tree;
 	size_t max_entries = limits && limits->max_entries ? limits->max_entries :
 							     ST_MANIFEST_MAX_ENTRIES_DEFAULT;
 	bool big = *n > FLATTEN_MIN && *n > base_n / 4;
 	struct st_manifest *b = NULL;
 	int rc;
+	/* The base's tree (a delta's applied). */
 	if (limits && limits->max_bytes) {
-		rc = st_manifest_load_raw(r, lh->base, NULL, &b, err);
+		rc = st_manifest_load(r, lh->base, NULL, &b, err);
 		uint64_t bytes = 0;
 		if (rc == 0 && tree_bytes(b, *entries, *n, &bytes) < 0)
 			rc = al_error_set(err, -ENOMEM, "out of memory");
@@ -152,7 +153,7 @@ int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session, 
 	}
 
 	if (!b) {
-		rc = st_manifest_load_raw(r, lh->base, NULL, &b, err);
+		rc = st_manifest_load(r, lh->base, NULL, &b, err);
 		if (rc < 0)
 			return rc;
 	}
@@ -163,7 +164,7 @@ int st_layer_commit(struct st_repo *r, struct st_fault *f, const char *session, 
 	}
 	snprintf(d->tenant, sizeof(d->tenant), "%s", r->tenant);
 	snprintf(d->base, sizeof(d->base), "%s", lh->base);
-	d->base_entries = base_n;
+	d->base_entries = b->n_entries;
 	d->entries = *entries;
 	d->n_entries = *n;
 	*entries = NULL;

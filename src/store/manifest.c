@@ -536,7 +536,7 @@ int st_manifest_apply(struct st_manifest *base, struct st_manifest *delta,
 		      struct al_error *err)
 {
 	_cleanup_(st_manifest_freep) struct st_manifest *b = base, *d = delta;
-	if (!b || !d || b->base[0] || b->applied || !d->base[0] || d->applied ||
+	if (!b || !d || (b->base[0] && !b->applied) || !d->base[0] || d->applied ||
 	    strcmp(b->tenant, d->tenant) != 0)
 		return al_error_set(err, -EINVAL, "manifest: not a delta and its base");
 	if (b->n_entries != d->base_entries)

@@ -42,8 +42,10 @@
  * never a parent. The workspace root itself is not an entry.
  *
  * A delta manifest (one with a "base" line) lists changes to the tree of
- * its base, which is a full manifest of the same tenant (a delta is never
- * the base of another). Its entries follow the same rules of paths and
+ * its base, a checkpoint of the same tenant: a full manifest, or itself a
+ * delta (a chain, at most 16 deltas deep (ST_CHAIN_MAX), ending in a full
+ * manifest). The base's entry count in the "base" line is the count of
+ * entries the base's manifest lists (its "entries" line). Its entries follow the same rules of paths and
  * order, except that a parent may be in the base instead, and it may hold
  * two more records:
  *   o <mode> <mtime_ns> <path>        a directory that replaces whatever the
@@ -104,7 +106,7 @@ struct st_manifest {
 	/* A delta's base ("" in a full manifest). After st_manifest_apply the
 	 * entries are the whole tree and base still names where it came from. */
 	char base[ST_ID_HEX + 1];
-	uint64_t base_entries; /* a delta's: the count of its base's entries */
+	uint64_t base_entries; /* a delta's: the count its base's manifest lists */
 	/* The checkpoint a layered snapshot's lower directory was restored
 	 * from ("" when none): GC keeps it while this one stays. */
 	char lower[ST_ID_HEX + 1];
@@ -159,8 +161,10 @@ uint64_t st_entry_hole_bytes(const struct st_entry *e);
 
 /*
  * The tree of delta (a parsed delta manifest) over base (a parsed full
- * manifest whose id is delta->base): base with delta's changes, checked
- * against every rule of a full manifest and limits (NULL: defaults).
+ * manifest whose id is delta->base, or the tree of a delta, applied):
+ * base with delta's changes, checked against every rule of a full
+ * manifest and limits (NULL: defaults). delta->base_entries must be the
+ * count of base's entries as given.
  * Consumes base and delta, whatever the outcome. *ret has delta's header,
  * applied set and base still naming the base.
  */

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -329,32 +330,120 @@ int st_manifest_load_raw(struct st_repo *r, const char *id, const struct st_mani
 	return rc;
 }
 
+/* err's message, prefixed "checkpoint ID: base: " (the chain's reasons
+ * would not say which manifest they were about). */
+static int base_error(int rc, const char *id, struct al_error *err)
+{
+	char why[AL_ERROR_MSG_MAX];
+	snprintf(why, sizeof(why), "%s", al_error_message(err));
+	al_error_clear(err);
+	return al_error_set(err, rc, "checkpoint %s: base: %s", id, why);
+}
+
+int st_manifest_load_chain(struct st_repo *r, const char *id,
+			   const struct st_manifest_limits *limits, struct st_manifest **ret_root,
+			   struct st_manifest **ret_delta, char base[ST_ID_HEX + 1],
+			   uint64_t *base_entries, struct al_error *err)
+{
+	/* chain[0] is id, chain[k + 1] the base of chain[k]; the last is the
+	 * full manifest when ret_root asks for it, else the last delta. */
+	struct st_manifest *chain[ST_CHAIN_MAX + 1] = { 0 };
+	size_t n = 0, deltas = 0;
+	int rc = st_manifest_load_raw(r, id, limits, &chain[n++], err);
+	/* The byte limit is the tree's: checked once the changes are applied. */
+	struct st_manifest_limits bl = limits ? *limits : (struct st_manifest_limits){ 0 };
+	bl.max_bytes = 0;
+	while (rc == 0 && chain[n - 1]->base[0]) {
+		const struct st_manifest *d = chain[n - 1];
+		deltas++;
+		if (deltas > ST_CHAIN_MAX) {
+			rc = al_error_set(err, -EBADMSG,
+					  "checkpoint %s: a chain of more than %d deltas", id,
+					  ST_CHAIN_MAX);
+			break;
+		}
+		/* A delta names its base with the count of entries the base's
+		 * manifest lists (for a full one, its tree's). */
+		uint64_t listed = 0;
+		struct st_head bh;
+		if (!ret_root && (rc = st_checkpoint_head(r, d->base, &bh, err)) == 0 &&
+		    !bh.base[0]) {
+			/* The full manifest at the end: its count, not its entries. */
+			listed = bh.entries;
+		} else if (rc == 0) {
+			rc = st_manifest_load_raw(r, d->base, &bl, &chain[n], err);
+			if (rc == 0)
+				listed = chain[n++]->declared;
+		}
+		if (rc < 0) {
+			rc = base_error(rc, id, err);
+			break;
+		}
+		if (listed != d->base_entries)
+			rc = al_error_set(err, -EBADMSG,
+					  "checkpoint %s: made over a base of %" PRIu64
+					  " entries, its base %s has %" PRIu64,
+					  id, d->base_entries, d->base, listed);
+		if (d == chain[n - 1])
+			break; /* the full manifest was not read */
+	}
+	if (rc == 0 && base) {
+		memcpy(base, chain[0]->base, ST_ID_HEX + 1);
+		*base_entries = chain[0]->base_entries;
+	}
+	/* The deltas composed, oldest first, into one over the full manifest:
+	 * a delta's entries are to the tree of its base what an upper layer's
+	 * are to its lower one. */
+	for (size_t k = deltas - 1; rc == 0 && deltas > 1 && k > 0; k--) {
+		struct st_manifest *lo = chain[k], *up = chain[k - 1];
+		struct st_entry *c = NULL;
+		size_t nc = 0;
+		if (st_layer_compose(lo->entries, lo->n_entries, up->entries, up->n_entries, &c,
+				     &nc) < 0) {
+			rc = al_error_set(err, -ENOMEM, "out of memory");
+			break;
+		}
+		st_entries_free(up->entries, up->n_entries);
+		up->entries = c;
+		up->n_entries = nc;
+		memcpy(up->base, lo->base, sizeof(up->base));
+		up->base_entries = lo->base_entries;
+	}
+	for (size_t k = 1; k < deltas; k++)
+		st_manifest_free(chain[k]);
+	struct st_manifest *root = n > deltas ? chain[n - 1] : NULL;
+	if (rc < 0 || !ret_root) {
+		if (rc < 0 || !deltas)
+			st_manifest_free(chain[0]);
+		st_manifest_free(root == chain[0] ? NULL : root);
+		if (rc == 0)
+			*ret_delta = deltas ? chain[0] : NULL;
+		return rc;
+	}
+	*ret_root = root;
+	*ret_delta = deltas ? chain[0] : NULL;
+	return 0;
+}
+
 int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,
 		     struct st_manifest **ret, struct al_error *err)
 {
-	struct st_manifest *m = NULL, *base = NULL;
-	int rc = st_manifest_load_raw(r, id, limits, &m, err);
-	if (rc < 0 || !m->base[0]) {
+	struct st_manifest *root = NULL, *delta = NULL;
+	char base[ST_ID_HEX + 1];
+	uint64_t base_entries = 0;
+	int rc = st_manifest_load_chain(r, id, limits, &root, &delta, base, &base_entries, err);
+	if (rc < 0 || !delta) {
 		if (rc == 0)
-			*ret = m;
+			*ret = root;
 		return rc;
 	}
-	/* The byte limit is the tree's: checked once the delta is applied. */
-	struct st_manifest_limits bl = limits ? *limits : (struct st_manifest_limits){ 0 };
-	bl.max_bytes = 0;
-	rc = st_manifest_load_raw(r, m->base, &bl, &base, err);
-	if (rc == 0 && base->base[0])
-		rc = al_error_set(err, -EBADMSG, "checkpoint %s: its base %s is itself a delta", id,
-				  m->base);
-	if (rc < 0) {
-		char why[AL_ERROR_MSG_MAX];
-		snprintf(why, sizeof(why), "%s", al_error_message(err));
-		al_error_clear(err);
-		st_manifest_free(m);
-		st_manifest_free(base);
-		return al_error_set(err, rc, "checkpoint %s: base: %s", id, why);
-	}
-	return st_manifest_apply(base, m, limits, ret, err);
+	rc = st_manifest_apply(root, delta, limits, ret, err);
+	if (rc < 0)
+		return rc;
+	/* As stored: the checkpoint's own base (GC keeps it). */
+	memcpy((*ret)->base, base, sizeof(base));
+	(*ret)->base_entries = base_entries;
+	return 0;
 }
 
 /* ---- path lookup in a manifest (entries are sorted) ---- */

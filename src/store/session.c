@@ -18,39 +18,37 @@
  * The checkpoint must be this tenant's and there, or the session would
  * start from nothing. Its head (store/internal.h) says so for a few hundred
  * bytes whatever the tree's size: authentic, this tenant's, naming this id,
- * and its manifest present; a delta's base likewise, full, of the size the
- * delta was made over. Every byte of the manifests is checked again by
- * whatever reads the tree (a restore, a snapshot over it). A checkpoint
- * without a head is loaded and checked whole, as it always was.
+ * and its manifest present; a delta's bases likewise, down to the full
+ * manifest at the end of the chain, each of the size the delta over it
+ * was made over. Every byte of the manifests is checked again by whatever
+ * reads the tree (a restore, a snapshot over it). A checkpoint with a
+ * manifest in its chain that has no head is loaded and checked whole, as
+ * it always was.
  */
 static int adopt_check(struct st_repo *r, const char *id, struct al_error *err)
 {
-	struct st_head h, b;
+	struct st_head h;
 	int rc = st_head_load(r, id, &h, err);
-	if (rc < 0)
-		return rc;
-	bool fast = rc == 1;
-	if (fast && (rc = st_head_check(r, &h, err)) < 0)
-		return rc;
-	if (fast && h.base[0]) {
-		rc = st_head_load(r, h.base, &b, err);
-		if (rc < 0)
+	for (int depth = 0; rc == 1; depth++) {
+		if ((rc = st_head_check(r, &h, err)) < 0)
 			return rc;
-		fast = rc == 1;
-		if (fast && b.base[0])
+		if (!h.base[0])
+			return 0;
+		if (depth == ST_CHAIN_MAX)
 			return al_error_set(err, -EBADMSG,
-					    "checkpoint %s: its base %s is itself a delta", id,
-					    h.base);
-		if (fast && b.entries != h.base_entries)
+					    "checkpoint %s: a chain of more than %d deltas", id,
+					    ST_CHAIN_MAX);
+		struct st_head b;
+		rc = st_head_load(r, h.base, &b, err);
+		if (rc == 1 && b.entries != h.base_entries)
 			return al_error_set(err, -EBADMSG,
 					    "checkpoint %s: made over a base of %" PRIu64
 					    " entries, its base %s has %" PRIu64,
 					    id, h.base_entries, h.base, b.entries);
-		if (fast && (rc = st_head_check(r, &b, err)) < 0)
-			return rc;
+		h = b;
 	}
-	if (fast)
-		return 0;
+	if (rc < 0)
+		return rc;
 	struct st_manifest *m = NULL;
 	rc = st_manifest_load(r, id, NULL, &m, err);
 	st_manifest_free(m);

@@ -717,9 +717,9 @@ static int add_removed(struct walk *w, struct al_error *err)
  * held the byte limit over the whole tree already.
  */
 static int commit_delta(struct st_repo *r, struct st_fault *f, const char *session,
-			const char *parent, const struct st_head *ph, struct st_manifest *prev,
-			struct walk *w, struct timespec now, char out_id[ST_ID_HEX + 1],
-			struct al_error *err)
+			const char *parent, const struct st_head *ph, uint64_t ptree,
+			struct st_manifest *prev, struct walk *w, struct timespec now,
+			char out_id[ST_ID_HEX + 1], struct al_error *err)
 {
 	if (w->n)
 		qsort(w->entries, w->n, sizeof(*w->entries), st_entry_cmp);
@@ -735,6 +735,7 @@ static int commit_delta(struct st_repo *r, struct st_fault *f, const char *sessi
 	const struct st_layer_head lh = {
 		.base = prev ? ph->base : parent,
 		.base_entries = prev ? ph->base_entries : ph->entries,
+		.base_tree = prev ? ptree - ph->entries : ptree,
 	};
 	struct st_manifest_limits lim = w->limits;
 	lim.max_bytes = 0;
@@ -805,6 +806,8 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_s
 	bool sc_ok = rc == 0 && parent[0] && w.sc.id[0] && strcmp(w.sc.id, parent) == 0 &&
 		     w.sc.kind == (layer ? 'l' : 'p');
 	struct st_head phead = { 0 };
+	unsigned pdepth = 0;
+	uint64_t ptree = 0;
 	if (sc_ok && layer) {
 		rc = st_manifest_load_raw(r, parent, NULL, &prev, err);
 		w.sc_valid = rc == 0;
@@ -813,18 +816,24 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_s
 		rc = st_manifest_load(r, parent, NULL, &prev, err);
 		w.sc_valid = rc == 0;
 	} else if (sc_ok) {
-		rc = st_checkpoint_head(r, parent, &phead, err);
+		rc = st_checkpoint_chain(r, parent, &phead, &pdepth, &ptree, err);
 		if (rc == 0 && phead.base[0])
 			rc = st_manifest_load_raw(r, parent, NULL, &prev, err);
 		w.delta = rc == 0;
 	}
 	struct st_head lhead = { 0 };
+	unsigned ldepth = 0;
+	uint64_t ltree = 0;
 	if (rc == 0 && layer) {
-		/* A full lower checkpoint is only named (as the base): its head
-		 * says so, not its entries. A delta's changes are read. */
-		rc = st_checkpoint_head(r, o->lower, &lhead, err);
-		if (rc == 0 && lhead.base[0])
-			rc = st_manifest_load_raw(r, o->lower, NULL, &lower, err);
+		/* The lower checkpoint is only named, as the base: its head and
+		 * its bases' say what it is, not its entries. Once its chain of
+		 * deltas is as deep as it may get, the chain's changes are read
+		 * and composed, and the new delta goes over the full manifest
+		 * under them. */
+		rc = st_checkpoint_chain(r, o->lower, &lhead, &ldepth, &ltree, err);
+		if (rc == 0 && ldepth >= ST_CHAIN_MAX)
+			rc = st_manifest_load_chain(r, o->lower, NULL, NULL, &lower, NULL, NULL,
+						    err);
 	}
 	if (rc < 0) {
 		st_manifest_free(prev);
@@ -853,14 +862,14 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_s
 	st_statcache_free(&w.sc);
 
 	if (rc == 0 && layer) {
-		/* The lower layer is checkpoint o->lower: a full one is the
-		 * base; a delta's changes come first, over its own base. */
+		/* The lower layer is checkpoint o->lower: the base, or at the
+		 * end of a chain its composed changes come first, over the full
+		 * manifest under them. */
 		if (w.n)
 			qsort(w.entries, w.n, sizeof(*w.entries), st_entry_cmp);
-		bool full = !lhead.base[0];
 		struct st_entry *d = NULL;
 		size_t nd = 0;
-		rc = st_layer_compose(full ? NULL : lower->entries, full ? 0 : lower->n_entries,
+		rc = st_layer_compose(lower ? lower->entries : NULL, lower ? lower->n_entries : 0,
 				      w.entries, w.n, &d, &nd);
 		if (rc < 0) {
 			rc = al_error_set(err, rc, "out of memory");
@@ -869,16 +878,18 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_s
 			w.entries = d;
 			w.n = nd;
 			const struct st_layer_head lh = {
-				.base = full ? o->lower : lhead.base,
-				.base_entries = full ? lhead.entries : lhead.base_entries,
+				.base = lower ? lower->base : o->lower,
+				.base_entries = lower ? lower->base_entries : lhead.entries,
+				/* the root's alone, or the whole chain's */
+				.base_tree = lower ? lower->base_entries : ltree,
 				.lower = o->lower,
 			};
 			rc = st_layer_commit(r, &fault, o->session, parent, &lh, &w.limits,
 					     &w.entries, &w.n, now, &w.cache, ret->id, err);
 		}
 	} else if (rc == 0 && w.delta) {
-		rc = commit_delta(r, &fault, o->session, parent, &phead, prev, &w, now, ret->id,
-				  err);
+		rc = commit_delta(r, &fault, o->session, parent, &phead, ptree, prev, &w, now,
+				  ret->id, err);
 	} else if (rc == 0) {
 		rc = st_commit_entries(r, &fault, o->session, parent, NULL, w.entries, w.n, now,
 				       &w.cache, ret->id, err);

@@ -184,7 +184,8 @@ def random_turn(rng, root, step):
 def test_layers_restored_from_deltas_compose(store, layers, tmp_path, seed):
     """Generations: each restores the last layered checkpoint (a delta) as
     its lower layer, changes things at random, and snapshots the upper
-    layer; the delta stays one step from the first base."""
+    layer: a delta over that lower checkpoint (a chain of deltas down to
+    the first base)."""
     rng = random.Random(seed)
     ws = tmp_path / "ws"
     make_workspace(ws)
@@ -195,7 +196,7 @@ def test_layers_restored_from_deltas_compose(store, layers, tmp_path, seed):
         for turn in range(2):
             random_turn(rng, str(lay.merged), gen * 10 + turn)
             last, _ = layered(store, lay)
-            assert re.search(f"\nbase {base} \\d+\n", store.manifest(last).decode())
+            assert re.search(f"\nbase {lay.lower_id} \\d+\n", store.manifest(last).decode())
             assert_same_as_merged(store, tmp_path, lay, last, f"s{gen}-{turn}")
         lay.umount()
     # diff and export see the whole tree of a delta.
@@ -280,11 +281,30 @@ def test_crafted_deltas_are_refused_whole(store, tmp_path):
         p = store("restore", cid, "--to", str(out))
         assert p.returncode == 125 and why.encode() in p.stderr, (why, p.stderr)
         assert not out.exists() or not os.listdir(out)
-    # A delta over a delta.
+    # A delta over a delta is a chain: the base's entry count is what its
+    # manifest lists, checked at every step; at most 16 deltas.
     d1 = store.plant(delta_text(store, base, ["x plain.txt"]))
     d2 = store.plant(delta_text(store, d1, ["x empty"]))
-    p = store("restore", d2, "--to", str(tmp_path / "o2"))
-    assert p.returncode == 125 and b"itself a delta" in p.stderr, p
+    store("restore", d2, "--to", str(tmp_path / "o2"), check=True)
+    assert not (tmp_path / "o2" / "plain.txt").exists()
+    assert not (tmp_path / "o2" / "empty").exists()
+    assert (tmp_path / "o2" / "bin.dat").exists()
+    wrong = store.plant(store.sign(delta_text(store, d1, ["x empty"]).rsplit(b"hmac ", 1)[0]
+                                   .replace(f"base {d1} 1\n".encode(), f"base {d1} 2\n".encode())))
+    p = store("restore", wrong, "--to", str(tmp_path / "o2w"))
+    assert p.returncode == 125 and b"made over a base of 2 entries" in p.stderr, p
+    p = store("checkpoint" if False else "adopt", wrong, "--session", "w")
+    assert p.returncode == 125 and b"made over a base of 2 entries" in p.stderr, p
+    chain = [base]
+    for i in range(17):
+        chain.append(store.plant(delta_text(store, chain[-1], [f"f 0644 0 0 c{i} -"])))
+    store("restore", chain[16], "--to", str(tmp_path / "o16"), check=True)
+    assert sorted(n for n in os.listdir(tmp_path / "o16") if n.startswith("c")) == \
+        sorted(f"c{i}" for i in range(16))
+    for args in (["restore", chain[17], "--to", str(tmp_path / "o17")],
+                 ["adopt", chain[17], "--session", "deep"]):
+        p = store(*args)
+        assert p.returncode == 125 and b"a chain of more than 16 deltas" in p.stderr, p
     # A base that is not there, or is another tenant's.
     other = Store(tmp_path, tenant="other")
     oid, _ = other.create(ws)
@@ -298,6 +318,80 @@ def test_crafted_deltas_are_refused_whole(store, tmp_path):
     cid = store.plant(store.sign(body))
     p = store("ls", cid)
     assert p.returncode == 125 and b"unknown entry type" in p.stderr, p
+
+
+class Stack:
+    """A session's sandbox: a new upper layer after every turn, the old
+    ones read-only below it (lowerdir=upper2:upper1:lower)."""
+
+    def __init__(self, store, root, lower_id):
+        self.root, self.lower_id = root, lower_id
+        self.lower, self.merged = root / "lower", root / "merged"
+        self.merged.mkdir(parents=True)
+        store("restore", lower_id, "--to", str(self.lower), check=True)
+        self.uppers = []
+        self.next_layer()
+
+    def next_layer(self):
+        if self.uppers:
+            subprocess.run(["umount", str(self.merged)], check=True)
+        k = len(self.uppers)
+        up, wk = self.root / f"up{k}", self.root / f"wk{k}"
+        up.mkdir()
+        wk.mkdir()
+        lowers = ":".join([str(u) for u in reversed(self.uppers)] + [str(self.lower)])
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                        f"lowerdir={lowers},upperdir={up},workdir={wk},"
+                        "redirect_dir=off,metacopy=off,index=off", str(self.merged)],
+                       check=True, capture_output=True)
+        self.uppers.append(up)
+
+    def umount(self):
+        subprocess.run(["umount", str(self.merged)], check=True)
+
+
+def test_a_layer_per_turn_makes_a_chain_composed_at_its_depth(store, tmp_path):
+    """Each turn's checkpoint is a delta over the one before (its lower):
+    a chain, until it is 16 deltas deep; the next composes the chain into
+    one delta over the full base. Every checkpoint is the merged view, and
+    GC keeps a chain whole under a checkpoint that stays."""
+    ws = tmp_path / "ws"
+    make_workspace(ws)
+    base, _ = store.create(ws, session="base")
+    st = Stack(store, tmp_path / "stack", base)
+    rng = random.Random(7)
+    lower, ids = base, []
+    try:
+        for turn in range(20):
+            if turn:
+                st.next_layer()
+            random_turn(rng, str(st.merged), 100 + turn)
+            p = store("create", "--upper", str(st.uppers[-1]), "--lower", lower,
+                      "--session", "stack")
+            assert p.returncode == 0, p.stderr
+            cid = p.stdout.decode().strip()
+            text = store.manifest(cid).decode()
+            m = re.search(r"\nbase ([0-9a-f]{64}) \d+\n", text)
+            # 16 deltas deep at the 16th turn; the 17th starts over on base
+            assert m and m.group(1) == (base if turn in (0, 16) else lower), (turn, text[:300])
+            assert f"\nlower {lower}\n" in text
+            if turn in (1, 15, 16, 19):
+                assert_same_as_merged(store, tmp_path, st, cid, f"t{turn}")
+            ids.append(cid)
+            lower = cid
+        # One turn's change costs one turn's entries, not the chain's.
+        assert store.manifest(ids[15]).count(b"\n") < store.manifest(ids[16]).count(b"\n")
+        # Retention keeps the last; its chain (turns 16..19 over base) and
+        # the lower it names stay, what nothing needs goes.
+        store("gc", "--keep-last", "1", check=True)
+        for cid in ids[16:] + [base]:
+            assert store.manifest_path(cid).exists()
+        assert not store.manifest_path(ids[3]).exists()
+        out = tmp_path / "after-gc"
+        store("restore", ids[19], "--to", str(out), check=True)
+        assert tree(out) == {k: v for k, v in tree(st.merged).items() if v[0] != "special"}
+    finally:
+        st.umount()
 
 
 def test_gc_keeps_the_base_of_a_delta_that_stays(store, layers, tmp_path):

@@ -268,6 +268,36 @@ static void test_many_packs(void **state)
 	st_objstore_close(os);
 }
 
+/* Thousands of chunks in the open pack, then as many again over the index
+ * read back: the table grows past its first size both ways, and every
+ * chunk is found (and a second copy is known) throughout. */
+static void test_table_grows(void **state)
+{
+	enum { N = 6000 };
+	static uint64_t v[2 * N];
+	static struct st_id ids[2 * N];
+	struct st_objstore *os = os_open();
+	struct al_error err = { 0 };
+	for (int round = 0; round < 2; round++) {
+		struct st_cas *c = cas_open(os);
+		for (int i = round * N; i < (round + 1) * N; i++) {
+			v[i] = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+			ids[i] = put_ok(c, &v[i], sizeof(v[i]), true);
+		}
+		for (int i = 0; i < (round + 1) * N; i++) {
+			assert_true(st_cas_has(c, &ids[i]));
+			put_ok(c, &v[i], sizeof(v[i]), false);
+		}
+		assert_int_equal(st_cas_flush(c, &err), 0);
+		st_cas_close(c);
+	}
+	struct st_cas *c = cas_open(os);
+	for (int i = 0; i < 2 * N; i += 97)
+		get_is(c, &ids[i], &v[i], sizeof(v[i]));
+	st_cas_close(c);
+	st_objstore_close(os);
+}
+
 /* The path of the only pack (or index) object of tenant t. */
 static void only_object(const char *kind, char *path, size_t size)
 {
@@ -427,6 +457,7 @@ int main(void)
 		cmocka_unit_test(test_ids),
 		cmocka_unit_test_setup_teardown(test_round_trip_and_dedupe, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_packs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_table_grows, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_pack, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_index, setup, teardown),
 	};
