@@ -12,6 +12,27 @@
  *	SHA-256 of everything before it.
  * The records tile the pack exactly, in order; anything else is refused.
  *
+ * Merged index object ("tenants/<t>/midx/chunks"), a cache of the index
+ * objects of many packs in one, so that opening the store costs what its
+ * newest packs hold, not what all of them do:
+ *	MIDX_MAGIC (16 bytes), u32 pack count, u32 zero, u64 record count,
+ *	fanout: 256 u32, the count of records whose id's first byte <= i,
+ *	the packs' ids (32 bytes each),
+ *	records sorted by id, each id once:
+ *		[32-byte id][u64 offset][u32 clen][u32 ulen][u32 pack number],
+ *	SHA-256 of everything before it.
+ * It is mapped and searched in place, not read: only the fanout and the
+ * records a lookup touches are. Whether it can be used is decided from the
+ * listing of index objects: every pack it names must still have one (GC
+ * deleted none of them since); the packs it does not name are read as
+ * before. A merged index that fails those checks is ignored (and written
+ * anew); one whose records were damaged makes a chunk look absent (stored
+ * again) or its read fail (every record read is checked against its
+ * pack's record and every chunk against its id), never a wrong chunk.
+ * Writers with the store's lock write it (rename over the old one) when
+ * none is usable and the store has MIDX_MIN_PACKS packs, or when more than
+ * MIDX_NEW_MAX packs are not in it.
+ *
  * In memory: parallel arrays of chunk ids and locations, in pack order
  * (the chunks of one pack are contiguous, the open pack's are last), and
  * an open-addressing table id -> position for O(1) lookups.
@@ -52,6 +73,14 @@
 #define INDEX_RECS_MAX ((PACK_MAX - PACK_MAGIC_LEN) / (REC_HDR + 1))
 #define INDEX_MAX (INDEX_HDR + INDEX_RECS_MAX * INDEX_REC + INDEX_TRAILER)
 #define RECS_MAX (UINT32_MAX / 4)
+#define MIDX_MAGIC "airlock-midx-01\n"
+#define MIDX_MAGIC_LEN (sizeof(MIDX_MAGIC) - 1)
+#define MIDX_HDR (MIDX_MAGIC_LEN + 4 + 4 + 8)
+#define MIDX_FAN (256 * 4)
+#define MIDX_REC (ST_ID_LEN + 8 + 4 + 4 + 4)
+#define MIDX_PACKS_MAX (1u << 24)
+#define MIDX_MIN_PACKS 8
+#define MIDX_NEW_MAX 16
 
 struct cas_loc {
 	uint64_t off;  /* of the zstd frame in its pack */
@@ -98,6 +127,12 @@ struct st_cas {
 	/* The index objects are not read yet (st_cas_open_lazy): the first
 	 * operation that needs them reads them (st_cas_load). */
 	bool lazy;
+	/* The merged index, mapped (st_cas_open_lazy only): its packs are
+	 * packs[0 .. midx_packs), its records are not in ids/locs. */
+	bool use_midx;
+	const uint8_t *midx;
+	size_t midx_len, midx_packs, midx_recs;
+	const uint8_t *midx_fan, *midx_rec;
 };
 
 struct st_cas_writer {
@@ -264,6 +299,55 @@ static int add_rec(struct st_cas *c, const struct st_id *id, const struct cas_lo
 	}
 }
 
+/* ---- the merged index ---- */
+
+static size_t midx_fan(const struct st_cas *c, int b)
+{
+	return b < 0 ? 0 : get_u32(c->midx_fan + (size_t)b * 4);
+}
+
+/* Where the merged index has id; false when it does not, or when its
+ * record is out of bounds (then the chunk is stored again). */
+static bool midx_find(const struct st_cas *c, const struct st_id *id, struct cas_loc *loc)
+{
+	if (!c->midx)
+		return false;
+	size_t lo = midx_fan(c, id->b[0] - 1), hi = midx_fan(c, id->b[0]);
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const uint8_t *r = c->midx_rec + mid * MIDX_REC;
+		int cmp = memcmp(r, id->b, ST_ID_LEN);
+		if (cmp < 0) {
+			lo = mid + 1;
+			continue;
+		}
+		if (cmp > 0) {
+			hi = mid;
+			continue;
+		}
+		loc->off = get_u64(r + ST_ID_LEN);
+		loc->clen = get_u32(r + ST_ID_LEN + 8);
+		loc->ulen = get_u32(r + ST_ID_LEN + 12);
+		loc->pack = get_u32(r + ST_ID_LEN + 16);
+		return loc->pack < c->midx_packs && loc->clen > 0 && loc->clen <= CLEN_MAX &&
+		       loc->ulen <= ST_CHUNK_MAX && loc->off >= PACK_MAGIC_LEN + REC_HDR &&
+		       loc->off + loc->clen <= PACK_MAX;
+	}
+	return false;
+}
+
+/* Where the chunk is: the table (the packs read, the open one), then the
+ * merged index. */
+static bool find(const struct st_cas *c, const struct st_id *id, struct cas_loc *loc)
+{
+	size_t pos = lookup(c, id);
+	if (pos != SIZE_MAX) {
+		*loc = c->locs[pos];
+		return true;
+	}
+	return midx_find(c, id, loc);
+}
+
 static int add_pack(struct st_cas *c, const char *hex, size_t first, size_t n)
 {
 	if (c->n_packs >= UINT32_MAX - 1)
@@ -351,21 +435,191 @@ struct load_ctx {
 	struct st_cas *c;
 	struct al_error *err;
 	size_t prefix_len;
+	char (*names)[ST_ID_HEX + 1];
+	size_t n, cap;
 };
 
-static int load_one(const char *key, void *ud)
+static int list_one(const char *key, void *ud)
 {
 	struct load_ctx *l = ud;
 	const char *name = key + l->prefix_len;
 	struct st_id pid;
 	if (strlen(name) != ST_ID_HEX || st_id_parse(name, ST_ID_HEX, &pid) < 0)
 		return al_error_set(l->err, -EBADMSG, "index %s: its name is not a pack id", key);
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		char(*names)[ST_ID_HEX + 1] = realloc(l->names, cap * sizeof(*names));
+		if (!names)
+			return al_error_set(l->err, -ENOMEM, "chunk store: out of memory");
+		l->names = names;
+		l->cap = cap;
+	}
+	st_id_hex(&pid, l->names[l->n++]);
+	return 0;
+}
+
+static int load_pack(struct st_cas *c, const char *hex, struct al_error *err)
+{
+	char key[ST_KEY_MAX + 1];
+	obj_key(c, "index", hex, key);
 	_cleanup_free_ void *data = NULL;
 	size_t len = 0;
-	int r = st_obj_get(l->c->os, key, INDEX_MAX, &data, &len, l->err);
+	int r = st_obj_get(c->os, key, INDEX_MAX, &data, &len, err);
 	if (r < 0)
-		return al_error_set(l->err, r, "index %s: cannot read it", key);
-	return load_index(l->c, key, name, data, len, l->err);
+		return al_error_set(err, r, "index %s: cannot read it", key);
+	c->stats.indexes_read++;
+	return load_index(c, key, hex, data, len, err);
+}
+
+static int hex_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, ST_ID_HEX);
+}
+
+static int rec_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, ST_ID_LEN);
+}
+
+/*
+ * Maps the merged index and takes its packs as packs[0 ..) when every pack
+ * it names is listed (names: sorted, n of them; covered[i]: names[i] is
+ * one of them). 1: in use; 0: none, or not usable; -ENOMEM.
+ */
+static int midx_open(struct st_cas *c, char (*names)[ST_ID_HEX + 1], size_t n, bool *covered)
+{
+	char key[ST_KEY_MAX + 1];
+	obj_key(c, "midx", "chunks", key);
+	struct al_error e = { 0 };
+	const void *p = NULL;
+	size_t len = 0;
+	size_t max = MIDX_HDR + MIDX_FAN + (size_t)MIDX_PACKS_MAX * ST_ID_LEN +
+		     (size_t)RECS_MAX * MIDX_REC + ST_ID_LEN;
+	if (st_obj_map(c->os, key, max, &p, &len, &e) < 0)
+		return 0;
+	const uint8_t *m = p;
+	bool ok = len >= MIDX_HDR + MIDX_FAN + ST_ID_LEN &&
+		  memcmp(m, MIDX_MAGIC, MIDX_MAGIC_LEN) == 0;
+	uint64_t np = ok ? get_u32(m + MIDX_MAGIC_LEN) : 0;
+	uint64_t nr = ok ? get_u64(m + MIDX_MAGIC_LEN + 8) : 0;
+	ok = ok && get_u32(m + MIDX_MAGIC_LEN + 4) == 0 && np <= MIDX_PACKS_MAX && nr <= RECS_MAX &&
+	     len == MIDX_HDR + MIDX_FAN + np * ST_ID_LEN + nr * MIDX_REC + ST_ID_LEN;
+	const uint8_t *fan = m + MIDX_HDR, *pk = fan + MIDX_FAN;
+	for (size_t b = 0, prev = 0; ok && b < 256; b++) {
+		size_t f = get_u32(fan + b * 4);
+		ok = f >= prev && (b < 255 || f == nr);
+		prev = f;
+	}
+	for (size_t i = 0; ok && i < np; i++) {
+		struct st_id pid;
+		char hex[ST_ID_HEX + 1];
+		memcpy(pid.b, pk + i * ST_ID_LEN, ST_ID_LEN);
+		st_id_hex(&pid, hex);
+		char(*at)[ST_ID_HEX + 1] = bsearch(hex, names, n, sizeof(*names), hex_cmp);
+		ok = at && !covered[at - names];
+		if (ok)
+			covered[at - names] = true;
+	}
+	if (!ok) {
+		memset(covered, 0, n * sizeof(*covered));
+		st_obj_unmap(p, len);
+		return 0;
+	}
+	for (size_t i = 0; i < np; i++) {
+		struct st_id pid;
+		char hex[ST_ID_HEX + 1];
+		memcpy(pid.b, pk + i * ST_ID_LEN, ST_ID_LEN);
+		st_id_hex(&pid, hex);
+		if (add_pack(c, hex, 0, 0) < 0) {
+			st_obj_unmap(p, len);
+			return -ENOMEM;
+		}
+	}
+	c->midx = m;
+	c->midx_len = len;
+	c->midx_packs = np;
+	c->midx_recs = nr;
+	c->midx_fan = fan;
+	c->midx_rec = pk + np * ST_ID_LEN;
+	c->stats.midx_chunks = nr;
+	return 1;
+}
+
+static void midx_put_rec(uint8_t *r, const struct st_id *id, const struct cas_loc *loc)
+{
+	memcpy(r, id->b, ST_ID_LEN);
+	put_u64(r + ST_ID_LEN, loc->off);
+	put_u32(r + ST_ID_LEN + 8, loc->clen);
+	put_u32(r + ST_ID_LEN + 12, loc->ulen);
+	put_u32(r + ST_ID_LEN + 16, loc->pack);
+}
+
+/*
+ * Writes the merged index of every pack the store knows (right after the
+ * load: no chunk is in the open pack yet). A cache: when it cannot be
+ * written, the next load reads the index objects as before.
+ */
+static void midx_write(struct st_cas *c)
+{
+	/* The table's chunks the merged index does not have, each once. */
+	size_t ne = 0;
+	_cleanup_free_ uint8_t *ex = malloc((c->n_recs ? c->n_recs : 1) * MIDX_REC);
+	if (!ex || c->n_packs > MIDX_PACKS_MAX)
+		return;
+	for (size_t i = 0; i < c->n_recs; i++) {
+		struct cas_loc l;
+		if (lookup(c, &c->ids[i]) == i && !midx_find(c, &c->ids[i], &l))
+			midx_put_rec(ex + ne++ * MIDX_REC, &c->ids[i], &c->locs[i]);
+	}
+	qsort(ex, ne, MIDX_REC, rec_cmp);
+	size_t total = c->midx_recs + ne;
+	size_t len = MIDX_HDR + MIDX_FAN + c->n_packs * ST_ID_LEN + total * MIDX_REC + ST_ID_LEN;
+	_cleanup_free_ uint8_t *buf = malloc(len);
+	if (!buf)
+		return;
+	memcpy(buf, MIDX_MAGIC, MIDX_MAGIC_LEN);
+	put_u32(buf + MIDX_MAGIC_LEN, (uint32_t)c->n_packs);
+	put_u32(buf + MIDX_MAGIC_LEN + 4, 0);
+	put_u64(buf + MIDX_MAGIC_LEN + 8, total);
+	uint8_t *fan = buf + MIDX_HDR, *pk = fan + MIDX_FAN;
+	for (size_t i = 0; i < c->n_packs; i++) {
+		struct st_id pid;
+		if (st_id_parse(c->packs[i].hex, ST_ID_HEX, &pid) < 0)
+			return;
+		memcpy(pk + i * ST_ID_LEN, pid.b, ST_ID_LEN);
+	}
+	/* Both sorted: merged, the table's record first on a tie (the
+	 * merged index's may be one that failed its bounds). */
+	uint8_t *out = pk + c->n_packs * ST_ID_LEN;
+	size_t i = 0, j = 0, k = 0;
+	uint32_t count[256] = { 0 };
+	while (i < c->midx_recs || j < ne) {
+		const uint8_t *a = i < c->midx_recs ? c->midx_rec + i * MIDX_REC : NULL;
+		const uint8_t *b = j < ne ? ex + j * MIDX_REC : NULL;
+		int cmp = !a ? 1 : !b ? -1 : memcmp(a, b, ST_ID_LEN);
+		const uint8_t *r = cmp < 0 ? a : b;
+		if (cmp >= 0)
+			j++;
+		if (cmp <= 0)
+			i++;
+		memcpy(out + k++ * MIDX_REC, r, MIDX_REC);
+		count[r[0]]++;
+	}
+	put_u64(buf + MIDX_MAGIC_LEN + 8, k);
+	len = MIDX_HDR + MIDX_FAN + c->n_packs * ST_ID_LEN + k * MIDX_REC + ST_ID_LEN;
+	uint32_t sum = 0;
+	for (size_t b = 0; b < 256; b++) {
+		sum += count[b];
+		put_u32(fan + b * 4, sum);
+	}
+	struct st_id h;
+	st_sha256(buf, len - ST_ID_LEN, &h);
+	memcpy(buf + len - ST_ID_LEN, h.b, ST_ID_LEN);
+	char key[ST_KEY_MAX + 1];
+	obj_key(c, "midx", "chunks", key);
+	struct al_error e = { 0 };
+	if (st_obj_put(c->os, key, buf, len, &e) == 0)
+		c->stats.midx_written++;
 }
 
 /* ---- open and close ---- */
@@ -382,6 +636,7 @@ void st_cas_close(struct st_cas *c)
 	free(c->slots);
 	free(c->open);
 	free(c->spare);
+	st_obj_unmap(c->midx, c->midx_len);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
@@ -433,12 +688,34 @@ int st_cas_load(struct st_cas *c, struct al_error *err)
 	char prefix[ST_KEY_MAX + 1];
 	int n = snprintf(prefix, sizeof(prefix), "tenants/%s/index/", c->tenant);
 	struct load_ctx l = { .c = c, .err = err, .prefix_len = (size_t)n };
-	int r = st_obj_list(c->os, prefix, load_one, &l, err);
-	if (r < 0)
+	int r = st_obj_list(c->os, prefix, list_one, &l, err);
+	if (r < 0) {
+		free(l.names);
 		return al_error_set(err, r, "chunk store of tenant %s: cannot list %s", c->tenant,
 				    prefix);
+	}
+	if (l.n)
+		qsort(l.names, l.n, sizeof(*l.names), hex_cmp);
+	_cleanup_free_ bool *covered = calloc(l.n ? l.n : 1, sizeof(*covered));
+	if (!covered)
+		r = -ENOMEM;
+	if (r == 0 && c->use_midx)
+		r = midx_open(c, l.names, l.n, covered);
+	if (r < 0) {
+		free(l.names);
+		return al_error_set(err, r, "chunk store of tenant %s: out of memory", c->tenant);
+	}
+	for (size_t i = 0; r >= 0 && i < l.n; i++)
+		if (!covered[i])
+			r = load_pack(c, l.names[i], err);
+	free(l.names);
+	if (r < 0)
+		return r;
 	c->open_first = c->n_recs;
 	c->lazy = false;
+	if (c->use_midx &&
+	    (c->midx ? c->n_packs - c->midx_packs > MIDX_NEW_MAX : c->n_packs >= MIDX_MIN_PACKS))
+		midx_write(c);
 	return 0;
 }
 
@@ -457,8 +734,10 @@ int st_cas_open_lazy(struct st_objstore *os, const char *tenant, int level, stru
 		     struct al_error *err)
 {
 	int r = cas_open(os, tenant, level, false, ret, err);
-	if (r == 0)
+	if (r == 0) {
 		(*ret)->lazy = true;
+		(*ret)->use_midx = true;
+	}
 	return r;
 }
 
@@ -470,22 +749,22 @@ int st_cas_open_empty(struct st_objstore *os, const char *tenant, int level, str
 
 const char *st_cas_owner(const struct st_cas *c, const struct st_id *id)
 {
-	size_t pos = lookup(c, id);
-	if (pos == SIZE_MAX || c->locs[pos].pack >= c->n_packs)
+	struct cas_loc loc;
+	if (!find(c, id, &loc) || loc.pack >= c->n_packs)
 		return NULL;
-	return c->packs[c->locs[pos].pack].hex;
+	return c->packs[loc.pack].hex;
 }
 
 uint32_t st_cas_stored_len(const struct st_cas *c, const struct st_id *id)
 {
-	size_t pos = lookup(c, id);
-	return pos == SIZE_MAX ? 0 : REC_HDR + c->locs[pos].clen;
+	struct cas_loc loc;
+	return find(c, id, &loc) ? REC_HDR + loc.clen : 0;
 }
 
 uint32_t st_cas_chunk_len(const struct st_cas *c, const struct st_id *id)
 {
-	size_t pos = lookup(c, id);
-	return pos == SIZE_MAX ? 0 : c->locs[pos].ulen;
+	struct cas_loc loc;
+	return find(c, id, &loc) ? loc.ulen : 0;
 }
 
 void st_cas_set_pack_target(struct st_cas *c, size_t bytes)
@@ -497,7 +776,8 @@ void st_cas_set_pack_target(struct st_cas *c, size_t bytes)
 
 bool st_cas_has(const struct st_cas *c, const struct st_id *id)
 {
-	return lookup(c, id) != SIZE_MAX;
+	struct cas_loc loc;
+	return find(c, id, &loc);
 }
 
 void st_cas_stats(const struct st_cas *c, struct st_cas_stats *ret)
@@ -740,7 +1020,7 @@ int st_cas_writer_new(struct st_cas *c, struct st_cas_writer **ret, struct al_er
 bool st_cas_has_shared(struct st_cas *c, const struct st_id *id)
 {
 	pthread_mutex_lock(&c->lock);
-	bool has = lookup(c, id) != SIZE_MAX;
+	bool has = st_cas_has(c, id);
 	pthread_mutex_unlock(&c->lock);
 	return has;
 }
@@ -760,7 +1040,7 @@ static int append_locked(struct st_cas_writer *w, const struct st_id *id, size_t
 {
 	struct st_cas *c = w->c;
 	c->stats.bytes_in += len;
-	if (lookup(c, id) != SIZE_MAX) {
+	if (st_cas_has(c, id)) {
 		c->stats.chunks_dup++;
 		*ret_new = false;
 		return 0;
@@ -822,7 +1102,7 @@ int st_cas_put_shared(struct st_cas_writer *w, const void *data, size_t len, str
 	/* Most chunks of a second copy are known: no compression for them. */
 	pthread_mutex_lock(&c->lock);
 	int r = c->broken;
-	bool known = r == 0 && lookup(c, &id) != SIZE_MAX;
+	bool known = r == 0 && st_cas_has(c, &id);
 	if (known) {
 		c->stats.bytes_in += len;
 		c->stats.chunks_dup++;
@@ -909,11 +1189,11 @@ static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, struct st_cas_reader *rd,
 {
 	char hex[ST_ID_HEX + 1];
 	st_id_hex(id, hex);
-	size_t pos = lookup(c, id);
-	if (pos == SIZE_MAX)
+	struct cas_loc where_at;
+	if (!find(c, id, &where_at))
 		return al_error_set(err, -ENOENT, "chunk %s is not in the store of tenant %s", hex,
 				    c->tenant);
-	const struct cas_loc *loc = &c->locs[pos];
+	const struct cas_loc *loc = &where_at;
 
 	_cleanup_free_ uint8_t *frame = NULL;
 	const uint8_t *rec;
@@ -1023,6 +1303,11 @@ int st_cas_each_pack(struct st_cas *c,
 	int lr = st_cas_load(c, err);
 	if (lr < 0)
 		return lr;
+	if (c->midx)
+		return al_error_set(err, -EINVAL,
+				    "chunk store of tenant %s: its packs' chunks are in the merged "
+				    "index (open it with st_cas_open)",
+				    c->tenant);
 	for (size_t i = 0; i < c->n_packs; i++) {
 		const struct cas_pack *p = &c->packs[i];
 		int r = fn(p->hex, c->ids + p->first, p->n, ud);

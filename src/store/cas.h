@@ -131,5 +131,9 @@ int st_cas_each_pack(struct st_cas *c,
 
 struct st_cas_stats {
 	uint64_t chunks_new, chunks_dup, bytes_in, bytes_stored, packs_written;
+	/* Reading the index (st_cas_open_lazy only uses a merged index): the
+	 * index objects read, the chunks known from the merged index, and
+	 * whether a new merged index was written. */
+	uint64_t indexes_read, midx_chunks, midx_written;
 };
 void st_cas_stats(const struct st_cas *c, struct st_cas_stats *ret);

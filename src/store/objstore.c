@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -367,6 +368,34 @@ static int dir_get(struct st_objstore *s, const char *key, size_t max, void **re
 	return 0;
 }
 
+static int dir_map(struct st_objstore *s, const char *key, size_t max, const void **ret,
+		   size_t *ret_len, struct al_error *err)
+{
+	struct stat st;
+	_cleanup_close_ int fd = open_object(to_dir(s), key, "map", &st, err);
+	if (fd < 0)
+		return fd;
+	if ((uint64_t)st.st_size > max)
+		return al_error_set(err, -EFBIG, "map %s: %lld bytes, more than the %zu allowed",
+				    key, (long long)st.st_size, max);
+	if (st.st_size == 0)
+		return al_error_set(err, -EBADMSG, "map %s: empty", key);
+	/* Objects are replaced by a rename, never rewritten in place: the
+	 * mapped file stays as it is. */
+	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED)
+		return al_error_set_errno(err, -errno, "map %s", key);
+	*ret = p;
+	*ret_len = (size_t)st.st_size;
+	return 0;
+}
+
+void st_obj_unmap(const void *p, size_t len)
+{
+	if (p)
+		munmap((void *)p, len);
+}
+
 static int dir_get_range(struct st_objstore *s, const char *key, uint64_t off, size_t len,
 			 void *buf, struct al_error *err)
 {
@@ -534,6 +563,7 @@ static const struct st_objstore_ops dir_ops = {
 	.put = dir_put,
 	.get = dir_get,
 	.get_range = dir_get_range,
+	.map = dir_map,
 	.exists = dir_exists,
 	.del = dir_del,
 	.list = dir_list,

@@ -14,6 +14,7 @@
  */
 #pragma once
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +35,12 @@ struct st_objstore_ops {
 	/* Reads len bytes at off (-EIO when the object is shorter). */
 	int (*get_range)(struct st_objstore *s, const char *key, uint64_t off, size_t len,
 			 void *buf, struct al_error *err);
+	/* Maps the whole object read-only (1 <= length <= max; -EFBIG
+	 * beyond, -EBADMSG when empty), as it is when mapped: a put that
+	 * replaces it later does not change what the mapping shows. NULL:
+	 * the backend cannot (callers read instead). */
+	int (*map)(struct st_objstore *s, const char *key, size_t max, const void **ret,
+		   size_t *ret_len, struct al_error *err);
 	/* 1 present, 0 absent, or a negative errno. */
 	int (*exists)(struct st_objstore *s, const char *key, struct al_error *err);
 	/* Deleting an absent object is not an error. */
@@ -97,6 +104,16 @@ static inline int st_obj_get_range(struct st_objstore *s, const char *key, uint6
 {
 	return s->ops->get_range(s, key, off, len, buf, err);
 }
+/* -EOPNOTSUPP (err untouched) when the backend cannot map. */
+static inline int st_obj_map(struct st_objstore *s, const char *key, size_t max, const void **ret,
+			     size_t *ret_len, struct al_error *err)
+{
+	return s->ops->map ? s->ops->map(s, key, max, ret, ret_len, err) : -EOPNOTSUPP;
+}
+
+/* Ends a mapping st_obj_map made. */
+void st_obj_unmap(const void *p, size_t len);
+
 static inline int st_obj_exists(struct st_objstore *s, const char *key, struct al_error *err)
 {
 	return s->ops->exists(s, key, err);

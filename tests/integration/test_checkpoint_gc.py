@@ -367,3 +367,34 @@ def test_retention_keeps_the_base_of_plain_deltas(store, tmp_path):
     gc(store, "--keep-last", "1")
     assert not store.manifest_path(first).exists()
     assert not (tenant_dir(store) / "heads" / first).exists()
+
+
+def test_the_merged_chunk_index_never_outlives_a_collected_pack(store, tmp_path):
+    """Once the store has enough packs, opening it reads one merged chunk
+    index instead of every pack's. After GC collects packs it names, it is
+    not believed: content whose chunks went is stored again, never taken
+    as present."""
+    ws = tmp_path / "ws"
+    make_workspace(ws)
+    kept = series(store, ws, 10)
+    midx = tenant_dir(store) / "midx" / "chunks"
+    assert midx.exists()
+    gone = kept[0]
+    old_bytes = (ws / "changing").read_bytes()
+    first_bytes = None
+    # The first checkpoint's own content, kept aside.
+    out = tmp_path / "first"
+    store("restore", gone[0], "--to", str(out), check=True)
+    first_bytes = (out / "changing").read_bytes()
+    assert first_bytes != old_bytes
+    r = gc(store, "--keep-last", "2")
+    assert r["pdel"] >= 1, r
+    restore_fails(store, tmp_path, gone[0], "first")
+    # The collected content comes back: it is stored anew, and restores.
+    (ws / "changing").write_bytes(first_bytes)
+    cid, err = store.create(ws, full=True)
+    m = re.search(r"(\d+) new chunks", err)
+    assert m and int(m.group(1)) >= 1, err
+    restores(store, tmp_path, cid, tree(ws), "again")
+    for c, want in kept[-2:]:
+        restores(store, tmp_path, c, want, c[:8])

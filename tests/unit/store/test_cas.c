@@ -298,6 +298,190 @@ static void test_table_grows(void **state)
 	st_objstore_close(os);
 }
 
+/* ---- the merged index ---- */
+
+static void flip_byte(const char *path, off_t off);
+
+enum { MX_PER = 20, MX_MAX = 60 * MX_PER };
+static uint64_t mx_v[MX_MAX];
+static struct st_id mx_ids[MX_MAX];
+static int mx_n;
+
+/* packs more packs of MX_PER small chunks each, each sealed. */
+static void mx_add_packs(struct st_objstore *os, int packs)
+{
+	struct st_cas *c = cas_open(os);
+	struct al_error err = { 0 };
+	for (int p = 0; p < packs; p++) {
+		for (int i = 0; i < MX_PER; i++, mx_n++) {
+			mx_v[mx_n] = 0xd1b54a32d192ed03ull * (uint64_t)(mx_n + 7);
+			mx_ids[mx_n] = put_ok(c, &mx_v[mx_n], sizeof(mx_v[mx_n]), true);
+		}
+		assert_int_equal(st_cas_flush(c, &err), 0);
+	}
+	st_cas_close(c);
+}
+
+/* Opens lazily and loads: what the load read and wrote. */
+static struct st_cas *mx_load(struct st_objstore *os, struct st_cas_stats *st)
+{
+	struct st_cas *c = NULL;
+	struct al_error err = { 0 };
+	assert_int_equal(st_cas_open_lazy(os, "t", 3, &c, &err), 0);
+	if (st_cas_load(c, &err) < 0)
+		fail_msg("load: %s", al_error_message(&err));
+	st_cas_stats(c, st);
+	return c;
+}
+
+/* Every chunk from..to is there (found and read back), a second copy of
+ * it is known. */
+static void mx_all_there(struct st_cas *c, int from, int to)
+{
+	for (int i = from; i < to; i++) {
+		assert_true(st_cas_has(c, &mx_ids[i]));
+		assert_int_equal(st_cas_chunk_len(c, &mx_ids[i]), sizeof(mx_v[i]));
+		get_is(c, &mx_ids[i], &mx_v[i], sizeof(mx_v[i]));
+		put_ok(c, &mx_v[i], sizeof(mx_v[i]), false);
+	}
+}
+
+static void midx_path(char *path, size_t size)
+{
+	snprintf(path, size, "%s/tenants/t/midx/chunks", root);
+}
+
+static void test_merged_index(void **state)
+{
+	struct st_objstore *os = os_open();
+	struct st_cas_stats st;
+	struct al_error err = { 0 };
+	mx_n = 0;
+	/* A few packs: no merged index is worth it. */
+	mx_add_packs(os, 3);
+	struct st_cas *c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 3);
+	assert_int_equal(st.midx_written, 0);
+	st_cas_close(c);
+
+	/* Eight: the load that read them all writes it; the next reads none. */
+	mx_add_packs(os, 5);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 8);
+	assert_int_equal(st.midx_written, 1);
+	st_cas_close(c);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 0);
+	assert_int_equal(st.midx_chunks, mx_n);
+	mx_all_there(c, 0, mx_n);
+	/* Its packs' chunks are not listed pack by pack: GC opens the store
+	 * with st_cas_open, which reads every index object. */
+	struct packs_seen seen = { 0 };
+	assert_int_equal(st_cas_each_pack(c, count_pack, &seen, &err), -EINVAL);
+	st_cas_close(c);
+	c = cas_open(os);
+	assert_int_equal(st_cas_each_pack(c, count_pack, &seen, &err), 0);
+	assert_int_equal(seen.packs, 8);
+	st_cas_close(c);
+
+	/* Packs written since are read as before, up to 16 of them... */
+	mx_add_packs(os, 16);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 16);
+	assert_int_equal(st.midx_written, 0);
+	mx_all_there(c, 0, mx_n);
+	st_cas_close(c);
+	/* ...then the merged index takes them in. */
+	mx_add_packs(os, 1);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 17);
+	assert_int_equal(st.midx_written, 1);
+	st_cas_close(c);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 0);
+	assert_int_equal(st.midx_chunks, mx_n);
+	mx_all_there(c, 0, mx_n);
+	st_cas_close(c);
+
+	/* A pack it names is gone (as GC removes one): it is not used, and
+	 * the gone pack's chunks are not believed present. */
+	char pack_hex[ST_ID_HEX + 1], key[ST_KEY_MAX + 1];
+	c = cas_open(os);
+	assert_string_not_equal(st_cas_owner(c, &mx_ids[0]), "");
+	snprintf(pack_hex, sizeof(pack_hex), "%s", st_cas_owner(c, &mx_ids[0]));
+	st_cas_close(c);
+	snprintf(key, sizeof(key), "tenants/t/index/%s", pack_hex);
+	assert_int_equal(st_obj_del(os, key, &err), 0);
+	snprintf(key, sizeof(key), "tenants/t/packs/%s", pack_hex);
+	assert_int_equal(st_obj_del(os, key, &err), 0);
+	mx_add_packs(os, 1); /* as many packs listed as it names */
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 25);
+	assert_int_equal(st.midx_chunks, 0);
+	assert_int_equal(st.midx_written, 1);
+	for (int i = 0; i < MX_PER; i++)
+		assert_false(st_cas_has(c, &mx_ids[i]));
+	mx_all_there(c, MX_PER, mx_n);
+	st_cas_close(c);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 0);
+	assert_int_equal(st.midx_chunks, mx_n - MX_PER);
+	st_cas_close(c);
+
+	/* A damaged one is ignored (and written anew): another magic, a
+	 * length that does not add up. */
+	char path[256];
+	midx_path(path, sizeof(path));
+	for (int damage = 0; damage < 2; damage++) {
+		if (damage == 0) {
+			flip_byte(path, 3);
+		} else {
+			int fd = open(path, O_WRONLY);
+			assert_true(fd >= 0);
+			struct stat sb;
+			assert_int_equal(fstat(fd, &sb), 0);
+			assert_int_equal(ftruncate(fd, sb.st_size - 1), 0);
+			close(fd);
+		}
+		c = mx_load(os, &st);
+		assert_int_equal(st.indexes_read, 25);
+		assert_int_equal(st.midx_written, 1);
+		mx_all_there(c, MX_PER, mx_n);
+		st_cas_close(c);
+	}
+
+	/* A record whose pack number is out of range: that chunk looks
+	 * absent, so it is stored again (never read from nowhere). */
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 0);
+	st_cas_close(c);
+	int fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	uint8_t hdr[16 + 16];
+	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
+	uint32_t np = (uint32_t)hdr[16] | (uint32_t)hdr[17] << 8 | (uint32_t)hdr[18] << 16 |
+		      (uint32_t)hdr[19] << 24;
+	off_t rec0 = 32 + 1024 + (off_t)np * 32;
+	uint8_t first[32 + 20];
+	assert_int_equal(pread(fd, first, sizeof(first), rec0), (ssize_t)sizeof(first));
+	uint8_t bad[4] = { 0xff, 0xff, 0xff, 0x00 };
+	assert_int_equal(pwrite(fd, bad, 4, rec0 + 48), 4);
+	close(fd);
+	int victim = -1;
+	for (int i = MX_PER; i < mx_n; i++)
+		if (memcmp(mx_ids[i].b, first, 32) == 0)
+			victim = i;
+	assert_true(victim >= 0);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 0);
+	assert_false(st_cas_has(c, &mx_ids[victim]));
+	put_ok(c, &mx_v[victim], sizeof(mx_v[victim]), true);
+	get_is(c, &mx_ids[victim], &mx_v[victim], sizeof(mx_v[victim]));
+	assert_int_equal(st_cas_flush(c, &err), 0);
+	st_cas_close(c);
+	st_objstore_close(os);
+}
+
 /* The path of the only pack (or index) object of tenant t. */
 static void only_object(const char *kind, char *path, size_t size)
 {
@@ -458,6 +642,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_round_trip_and_dedupe, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_packs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_table_grows, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_merged_index, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_pack, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_index, setup, teardown),
 	};
