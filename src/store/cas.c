@@ -331,7 +331,7 @@ static bool midx_find(const struct st_cas *c, const struct st_id *id, struct cas
 		loc->pack = get_u32(r + ST_ID_LEN + 16);
 		return loc->pack < c->midx_packs && loc->clen > 0 && loc->clen <= CLEN_MAX &&
 		       loc->ulen <= ST_CHUNK_MAX && loc->off >= PACK_MAGIC_LEN + REC_HDR &&
-		       loc->off + loc->clen <= PACK_MAX;
+		       loc->off <= PACK_MAX - loc->clen;
 	}
 	return false;
 }
@@ -545,6 +545,16 @@ static int midx_open(struct st_cas *c, char (*names)[ST_ID_HEX + 1], size_t n, b
 	return 1;
 }
 
+/* The merged index is wrong somewhere: removed, so that the next load
+ * reads every index object and writes it anew. */
+static void midx_discard(struct st_cas *c)
+{
+	char key[ST_KEY_MAX + 1];
+	obj_key(c, "midx", "chunks", key);
+	struct al_error e = { 0 };
+	st_obj_del(c->os, key, &e);
+}
+
 static void midx_put_rec(uint8_t *r, const struct st_id *id, const struct cas_loc *loc)
 {
 	memcpy(r, id->b, ST_ID_LEN);
@@ -561,6 +571,17 @@ static void midx_put_rec(uint8_t *r, const struct st_id *id, const struct cas_lo
  */
 static void midx_write(struct st_cas *c)
 {
+	/* The records merged from the old one must be as it was written: a
+	 * damaged one is dropped instead, and the next load reads every
+	 * index object. */
+	if (c->midx) {
+		struct st_id sum;
+		st_sha256(c->midx, c->midx_len - ST_ID_LEN, &sum);
+		if (memcmp(sum.b, c->midx + c->midx_len - ST_ID_LEN, ST_ID_LEN) != 0) {
+			midx_discard(c);
+			return;
+		}
+	}
 	/* The table's chunks the merged index does not have, each once. */
 	size_t ne = 0;
 	_cleanup_free_ uint8_t *ex = malloc((c->n_recs ? c->n_recs : 1) * MIDX_REC);
@@ -679,6 +700,19 @@ static int cas_open(struct st_objstore *os, const char *tenant, int level, bool 
 	return 0;
 }
 
+/* Back to nothing read (a failed load: the next one starts over). */
+static void load_undo(struct st_cas *c)
+{
+	st_obj_unmap(c->midx, c->midx_len);
+	c->midx = NULL;
+	c->midx_len = c->midx_packs = c->midx_recs = 0;
+	c->midx_fan = c->midx_rec = NULL;
+	c->n_recs = c->n_packs = c->n_used = 0;
+	if (c->slots)
+		memset(c->slots, 0, c->n_slots * sizeof(*c->slots));
+	c->stats.midx_chunks = 0;
+}
+
 int st_cas_load(struct st_cas *c, struct al_error *err)
 {
 	if (!c->lazy)
@@ -703,14 +737,17 @@ int st_cas_load(struct st_cas *c, struct al_error *err)
 		r = midx_open(c, l.names, l.n, covered);
 	if (r < 0) {
 		free(l.names);
+		load_undo(c);
 		return al_error_set(err, r, "chunk store of tenant %s: out of memory", c->tenant);
 	}
 	for (size_t i = 0; r >= 0 && i < l.n; i++)
 		if (!covered[i])
 			r = load_pack(c, l.names[i], err);
 	free(l.names);
-	if (r < 0)
+	if (r < 0) {
+		load_undo(c);
 		return r;
+	}
 	c->open_first = c->n_recs;
 	c->lazy = false;
 	if (c->use_midx &&
@@ -1180,21 +1217,11 @@ static uint8_t *reader_out(struct st_cas_reader *rd)
 	return rd->out;
 }
 
-/*
- * Reads and verifies chunk id. With rd (a reader's buffers), *ret points
- * into rd's output buffer until its next read; without, *ret is malloc'd.
- */
-static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, struct st_cas_reader *rd,
-		   const struct st_id *id, void **ret, size_t *ret_len, struct al_error *err)
+/* Reads and verifies chunk id at loc (cas_get). */
+static int read_at(struct st_cas *c, ZSTD_DCtx *dctx, struct st_cas_reader *rd,
+		   const struct st_id *id, const char *hex, const struct cas_loc *loc, void **ret,
+		   size_t *ret_len, struct al_error *err)
 {
-	char hex[ST_ID_HEX + 1];
-	st_id_hex(id, hex);
-	struct cas_loc where_at;
-	if (!find(c, id, &where_at))
-		return al_error_set(err, -ENOENT, "chunk %s is not in the store of tenant %s", hex,
-				    c->tenant);
-	const struct cas_loc *loc = &where_at;
-
 	_cleanup_free_ uint8_t *frame = NULL;
 	const uint8_t *rec;
 	const char *where;
@@ -1244,6 +1271,77 @@ static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, struct st_cas_reader *rd,
 	*ret = rd ? out : TAKE_PTR(owned);
 	*ret_len = n;
 	return 0;
+}
+
+/*
+ * Where the index objects say chunk id is (a slow path: every pack's index
+ * read until it is found), or -ENOENT. For a location from the merged index
+ * that could not be read.
+ */
+static int index_scan(struct st_cas *c, const struct st_id *id, struct cas_loc *ret)
+{
+	for (size_t k = 0; k < c->n_packs; k++) {
+		if (!c->packs[k].hex[0])
+			continue;
+		char key[ST_KEY_MAX + 1];
+		obj_key(c, "index", c->packs[k].hex, key);
+		_cleanup_free_ uint8_t *p = NULL;
+		size_t len = 0;
+		struct al_error e = { 0 };
+		if (st_obj_get(c->os, key, INDEX_MAX, (void **)&p, &len, &e) < 0 ||
+		    len < INDEX_HDR + INDEX_TRAILER || memcmp(p, INDEX_MAGIC, INDEX_MAGIC_LEN) != 0)
+			continue;
+		uint32_t count = get_u32(p + INDEX_MAGIC_LEN + 8);
+		struct st_id sum;
+		if (len != INDEX_HDR + (size_t)count * INDEX_REC + INDEX_TRAILER)
+			continue;
+		st_sha256(p, len - INDEX_TRAILER, &sum);
+		if (memcmp(sum.b, p + len - INDEX_TRAILER, ST_ID_LEN) != 0)
+			continue;
+		for (uint32_t i = 0; i < count; i++) {
+			const uint8_t *r = p + INDEX_HDR + (size_t)i * INDEX_REC;
+			if (memcmp(r, id->b, ST_ID_LEN) != 0)
+				continue;
+			*ret = (struct cas_loc){ .off = get_u64(r + ST_ID_LEN),
+						 .clen = get_u32(r + ST_ID_LEN + 8),
+						 .ulen = get_u32(r + ST_ID_LEN + 12),
+						 .pack = (uint32_t)k };
+			if (ret->clen == 0 || ret->clen > CLEN_MAX || ret->ulen > ST_CHUNK_MAX ||
+			    ret->off < PACK_MAGIC_LEN + REC_HDR || ret->off > PACK_MAX - ret->clen)
+				break;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/*
+ * Reads and verifies chunk id. With rd (a reader's buffers), *ret points
+ * into rd's output buffer until its next read; without, *ret is malloc'd.
+ * A location from the merged index that cannot be read is looked up again
+ * in the index objects (and the merged index dropped) before it is an
+ * error: a damaged cache never loses a chunk.
+ */
+static int cas_get(struct st_cas *c, ZSTD_DCtx *dctx, struct st_cas_reader *rd,
+		   const struct st_id *id, void **ret, size_t *ret_len, struct al_error *err)
+{
+	char hex[ST_ID_HEX + 1];
+	st_id_hex(id, hex);
+	struct cas_loc loc;
+	bool cached = lookup(c, id) == SIZE_MAX;
+	if (!find(c, id, &loc))
+		return al_error_set(err, -ENOENT, "chunk %s is not in the store of tenant %s", hex,
+				    c->tenant);
+	int r = read_at(c, dctx, rd, id, hex, &loc, ret, ret_len, err);
+	struct cas_loc alt;
+	if (r < 0 && r != -ENOMEM && cached && index_scan(c, id, &alt) == 0 &&
+	    (alt.pack != loc.pack || alt.off != loc.off || alt.clen != loc.clen ||
+	     alt.ulen != loc.ulen)) {
+		midx_discard(c);
+		al_error_clear(err);
+		r = read_at(c, dctx, rd, id, hex, &alt, ret, ret_len, err);
+	}
+	return r;
 }
 
 int st_cas_get(struct st_cas *c, const struct st_id *id, void **ret, size_t *ret_len,

@@ -479,6 +479,79 @@ static void test_merged_index(void **state)
 	get_is(c, &mx_ids[victim], &mx_v[victim], sizeof(mx_v[victim]));
 	assert_int_equal(st_cas_flush(c, &err), 0);
 	st_cas_close(c);
+
+	/* A record that still looks right but points elsewhere in its pack:
+	 * the read finds the chunk through the index objects all the same,
+	 * and the merged index is dropped (the next load writes it anew). */
+	unlink(path);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 26);
+	assert_int_equal(st.midx_written, 1);
+	st_cas_close(c);
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
+	np = (uint32_t)hdr[16] | (uint32_t)hdr[17] << 8 | (uint32_t)hdr[18] << 16 |
+	     (uint32_t)hdr[19] << 24;
+	rec0 = 32 + 1024 + (off_t)np * 32;
+	assert_int_equal(pread(fd, first, sizeof(first), rec0), (ssize_t)sizeof(first));
+	uint8_t off8[8];
+	memcpy(off8, first + 32, 8);
+	off8[0] += 1;
+	assert_int_equal(pwrite(fd, off8, 8, rec0 + 32), 8);
+	close(fd);
+	victim = -1;
+	for (int i = MX_PER; i < mx_n; i++)
+		if (memcmp(mx_ids[i].b, first, 32) == 0)
+			victim = i;
+	assert_true(victim >= 0);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 0);
+	assert_true(st_cas_has(c, &mx_ids[victim]));
+	get_is(c, &mx_ids[victim], &mx_v[victim], sizeof(mx_v[victim]));
+	st_cas_close(c);
+	assert_int_equal(access(path, F_OK), -1);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 26);
+	assert_int_equal(st.midx_written, 1);
+	mx_all_there(c, MX_PER, mx_n);
+	st_cas_close(c);
+
+	/* Damage is never merged into a new one: with more than 16 packs
+	 * outside it, the load drops it instead of writing from it. */
+	flip_byte(path, rec0 + 5);
+	mx_add_packs(os, 17);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 17);
+	assert_int_equal(st.midx_written, 0);
+	st_cas_close(c);
+	assert_int_equal(access(path, F_OK), -1);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 43);
+	assert_int_equal(st.midx_written, 1);
+	mx_all_there(c, MX_PER, mx_n);
+	st_cas_close(c);
+
+	/* A load that fails (an index object is damaged) leaves nothing
+	 * half-read: the next one, once the object is whole again, reads
+	 * every pack once, and what it writes is whole. */
+	unlink(path);
+	c = cas_open(os);
+	snprintf(pack_hex, sizeof(pack_hex), "%s", st_cas_owner(c, &mx_ids[mx_n - 1]));
+	st_cas_close(c);
+	char ipath[256];
+	snprintf(ipath, sizeof(ipath), "%s/tenants/t/index/%s", root, pack_hex);
+	flip_byte(ipath, 20);
+	assert_int_equal(st_cas_open_lazy(os, "t", 3, &c, &err), 0);
+	assert_true(st_cas_load(c, &err) < 0);
+	flip_byte(ipath, 20);
+	assert_int_equal(st_cas_load(c, &err), 0);
+	mx_all_there(c, MX_PER, mx_n);
+	st_cas_close(c);
+	c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, 0);
+	assert_int_equal(st.midx_chunks, mx_n - MX_PER);
+	st_cas_close(c);
 	st_objstore_close(os);
 }
 
