@@ -26,9 +26,11 @@
  * listing of index objects: every pack it names must still have one (GC
  * deleted none of them since); the packs it does not name are read as
  * before. A merged index that fails those checks is ignored (and written
- * anew); one whose records were damaged makes a chunk look absent (stored
- * again) or its read fail (every record read is checked against its
- * pack's record and every chunk against its id), never a wrong chunk.
+ * anew); a damaged record makes a chunk look absent (stored again) or its
+ * location wrong: the read (checked against the pack's record and the
+ * chunk's id) then finds it through the index objects and drops the merged
+ * index (cas_get). It is merged into a new one only when its checksum
+ * holds.
  * Writers with the store's lock write it (rename over the old one) when
  * none is usable and the store has MIDX_MIN_PACKS packs, or when more than
  * MIDX_NEW_MAX packs are not in it.
