@@ -74,13 +74,21 @@ enum {
 	OPT_NAMES_ONLY,
 	OPT_OWNER,
 	OPT_FULL,
+	OPT_KEEP_LAST,
+	OPT_KEEP_DAYS,
+	OPT_MAX_UNUSED,
+	OPT_DRY_RUN,
 	OPT_HELP,
+	OPT_OUTPUT = 'o',
 };
 
 struct copts {
 	const char *store, *tenant, *key, *workspace, *upper, *lower, *session, *to, *owner;
+	const char *output;
 	struct st_manifest_limits limits;
 	bool names_only, userxattr, full;
+	struct st_gc_opts gc;
+	bool gc_given; /* one of gc's own options */
 	char **args;
 	int n_args;
 };
@@ -103,6 +111,11 @@ static int parse(int argc, char **argv, struct copts *o)
 		{ "names-only", no_argument, NULL, OPT_NAMES_ONLY },
 		{ "owner", required_argument, NULL, OPT_OWNER },
 		{ "full", no_argument, NULL, OPT_FULL },
+		{ "keep-last", required_argument, NULL, OPT_KEEP_LAST },
+		{ "keep-days", required_argument, NULL, OPT_KEEP_DAYS },
+		{ "max-unused", required_argument, NULL, OPT_MAX_UNUSED },
+		{ "dry-run", no_argument, NULL, OPT_DRY_RUN },
+		{ "output", required_argument, NULL, OPT_OUTPUT },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -111,10 +124,11 @@ static int parse(int argc, char **argv, struct copts *o)
 	o->key = (env = getenv("AIRLOCK_CHECKPOINT_KEY")) && *env ? env : DEFAULT_KEY;
 	o->tenant = "default";
 	o->session = "default";
+	o->gc = (struct st_gc_opts){ .repack = true, .max_unused_pct = ST_GC_MAX_UNUSED_DEFAULT };
 	optind = 1;
 	opterr = 0;
 	int c;
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:", longopts, NULL)) != -1) {
 		uint64_t v;
 		switch (c) {
 		case OPT_STORE:
@@ -168,6 +182,31 @@ static int parse(int argc, char **argv, struct copts *o)
 			break;
 		case OPT_FULL:
 			o->full = true;
+			break;
+		case OPT_KEEP_LAST:
+		case OPT_KEEP_DAYS:
+			if (parse_u64(optarg, &v) < 0 || v > 1000000)
+				return cli_fail("--keep-%s wants a count, not '%s'",
+						c == OPT_KEEP_LAST ? "last" : "days", optarg);
+			*(c == OPT_KEEP_LAST ? &o->gc.keep_last : &o->gc.keep_days) = (unsigned)v;
+			o->gc_given = true;
+			break;
+		case OPT_MAX_UNUSED:
+			if (parse_u64(optarg, &v) < 0 || v > 100)
+				return cli_fail(
+					"--max-unused wants a percentage from 0 to 100, not '%s'",
+					optarg);
+			o->gc.max_unused_pct = (unsigned)v;
+			o->gc_given = true;
+			break;
+		case OPT_DRY_RUN:
+			o->gc.dry_run = true;
+			o->gc_given = true;
+			break;
+		case OPT_OUTPUT:
+			if (o->output)
+				return cli_fail("-o (--output) may be given once");
+			o->output = optarg;
 			break;
 		case OPT_HELP:
 			fputs(usage, stdout);
@@ -504,42 +543,22 @@ static int export_to_file(struct st_repo *r, const char *id, const char *file)
 	return 0;
 }
 
-/* export takes -o FILE (or --output FILE) besides the common options. */
-static int do_export(int argc, char **argv)
+static int do_export(struct copts *o)
 {
-	const char *out = NULL;
-	_cleanup_free_ char **rest = calloc((size_t)argc + 1, sizeof(*rest));
-	if (!rest)
-		return cli_fail("out of memory");
-	int n = 0;
-	for (int i = 0; i < argc; i++) {
-		if (i > 0 && (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0)) {
-			if (i + 1 >= argc || out)
-				return cli_fail("usage: airlock checkpoint export ID -o FILE.tar");
-			out = argv[++i];
-		} else if (i > 0 && strncmp(argv[i], "--output=", 9) == 0 && !out) {
-			out = argv[i] + 9;
-		} else {
-			rest[n++] = argv[i];
-		}
-	}
-	struct copts o = { 0 };
-	int rc = parse(n, rest, &o);
-	if (rc)
-		return rc == CLI_HELP_SHOWN ? 0 : rc;
-	if (o.n_args != 1 || !out || !out[0])
+	const char *out = o->output;
+	if (o->n_args != 1 || !out || !out[0])
 		return cli_fail("usage: airlock checkpoint export ID -o FILE.tar");
 	struct st_repo *r = NULL;
-	rc = open_repo(&o, false, &r);
+	int rc = open_repo(o, false, &r);
 	if (rc)
 		return rc;
 	if (strcmp(out, "-") == 0) {
 		struct al_error err = { 0 };
-		rc = st_export_tar(r, o.args[0], 1, &err);
+		rc = st_export_tar(r, o->args[0], 1, &err);
 		st_repo_close(r);
 		return rc < 0 ? cli_fail("%s", al_error_message(&err)) : 0;
 	}
-	rc = export_to_file(r, o.args[0], out);
+	rc = export_to_file(r, o->args[0], out);
 	st_repo_close(r);
 	return rc;
 }
@@ -581,35 +600,10 @@ static int do_import(struct copts *o)
 	return 0;
 }
 
-/* gc takes --keep-last K, --keep-days N, --max-unused PCT and --dry-run besides the common
- * options; AIRLOCK_GC_NOW (unix seconds) stands in for the clock (tests). */
-static int do_gc(int argc, char **argv)
+/* AIRLOCK_GC_NOW (unix seconds) stands in for the clock (tests). */
+static int do_gc(struct copts *o)
 {
-	struct st_gc_opts go = { .repack = true, .max_unused_pct = ST_GC_MAX_UNUSED_DEFAULT };
-	_cleanup_free_ char **rest = calloc((size_t)argc + 1, sizeof(*rest));
-	if (!rest)
-		return cli_fail("out of memory");
-	int n = 0;
-	for (int i = 0; i < argc; i++) {
-		bool last = i > 0 && strcmp(argv[i], "--keep-last") == 0;
-		if (last || (i > 0 && strcmp(argv[i], "--keep-days") == 0)) {
-			uint64_t v;
-			if (i + 1 >= argc || parse_u64(argv[i + 1], &v) < 0 || v > 1000000)
-				return cli_fail("%s wants a count", argv[i]);
-			*(last ? &go.keep_last : &go.keep_days) = (unsigned)v;
-			i++;
-		} else if (i > 0 && strcmp(argv[i], "--max-unused") == 0) {
-			uint64_t v;
-			if (i + 1 >= argc || parse_u64(argv[i + 1], &v) < 0 || v > 100)
-				return cli_fail("--max-unused wants a percentage from 0 to 100");
-			go.max_unused_pct = (unsigned)v;
-			i++;
-		} else if (i > 0 && strcmp(argv[i], "--dry-run") == 0) {
-			go.dry_run = true;
-		} else {
-			rest[n++] = argv[i];
-		}
-	}
+	struct st_gc_opts go = o->gc;
 	const char *now = getenv("AIRLOCK_GC_NOW");
 	uint64_t v;
 	if (now && *now) {
@@ -617,15 +611,11 @@ static int do_gc(int argc, char **argv)
 			return cli_fail("AIRLOCK_GC_NOW wants unix seconds, not '%s'", now);
 		go.now = (int64_t)v;
 	}
-	struct copts o = { 0 };
-	int rc = parse(n, rest, &o);
-	if (rc)
-		return rc == CLI_HELP_SHOWN ? 0 : rc;
-	if (o.n_args != 0)
+	if (o->n_args != 0)
 		return cli_fail("usage: airlock checkpoint gc [--keep-last K] [--keep-days N] "
 				"[--max-unused PCT] [--dry-run]");
 	struct st_repo *r = NULL;
-	rc = open_repo(&o, false, &r);
+	int rc = open_repo(o, false, &r);
 	if (rc)
 		return rc;
 	struct st_gc_result res;
@@ -652,17 +642,22 @@ int cmd_checkpoint(int argc, char **argv)
 		return argc < 2 ? EXIT_AIRLOCK_ERROR : 0;
 	}
 	const char *sub = argv[1];
-	if (strcmp(sub, "gc") == 0)
-		return do_gc(argc - 1, argv + 1);
-	if (strcmp(sub, "export") == 0)
-		return do_export(argc - 1, argv + 1);
 	struct copts o = { 0 };
 	int rc = parse(argc - 1, argv + 1, &o);
 	if (rc)
 		return rc == CLI_HELP_SHOWN ? 0 : rc;
-	/* Owning is what a restore makes; anywhere else it would do nothing. */
+	/* An option that would do nothing where it was given is refused. */
 	if (o.owner && strcmp(sub, "restore") != 0)
 		return cli_fail("--owner is an option of `checkpoint restore` only");
+	if (o.gc_given && strcmp(sub, "gc") != 0)
+		return cli_fail("--keep-last, --keep-days, --max-unused and --dry-run are options "
+				"of `checkpoint gc` only");
+	if (o.output && strcmp(sub, "export") != 0)
+		return cli_fail("-o (--output) is an option of `checkpoint export` only");
+	if (strcmp(sub, "gc") == 0)
+		return do_gc(&o);
+	if (strcmp(sub, "export") == 0)
+		return do_export(&o);
 	if (strcmp(sub, "create") == 0)
 		return do_create(&o);
 	if (strcmp(sub, "restore") == 0)

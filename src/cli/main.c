@@ -19,6 +19,12 @@
 
 static int cmd_version(int argc, char **argv)
 {
+	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		puts("usage: airlock version   print the version");
+		return 0;
+	}
+	if (argc > 1)
+		return cli_fail("version takes no arguments");
 	printf("airlock %s\n", AIRLOCK_VERSION);
 	return 0;
 }
@@ -74,8 +80,8 @@ static void usage(FILE *f)
 	      "\ncommands:\n",
 	      f);
 	for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
-		fprintf(f, "  %s %s\n      %s\n", commands[i].name, commands[i].synopsis,
-			commands[i].help);
+		fprintf(f, "  %s%s%s\n      %s\n", commands[i].name,
+			commands[i].synopsis[0] ? " " : "", commands[i].synopsis, commands[i].help);
 	}
 	fputs("\nenvironment: AIRLOCK_STATE_DIR, AIRLOCK_CGROUP_PARENT, AIRLOCK_UID_BASE,\n"
 	      "             AIRLOCK_GATEWAY_UID, AIRLOCK_STORE_DIR, AIRLOCK_CHECKPOINT_KEY,\n"

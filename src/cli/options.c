@@ -57,7 +57,16 @@ void cli_print_optdefs(FILE *f, const struct cli_optdef *defs)
 
 int cli_bad_option(char **argv, const struct option *longopts, const char *cmd)
 {
-	/* getopt_long leaves what it refused just before optind. */
+	/* An unknown short option (or one missing its value) is optopt: its
+	 * cluster ("-it") may still be at optind. */
+	if (optopt > 0 && optopt < 128) {
+		for (size_t i = 0; longopts[i].name; i++)
+			if (longopts[i].val == optopt && longopts[i].has_arg == required_argument)
+				return cli_fail("option -%c (--%s) needs a value", optopt,
+						longopts[i].name);
+		return cli_fail("unknown option -%c (see `airlock %s --help`)", optopt, cmd);
+	}
+	/* A long one: getopt_long leaves it just before optind. */
 	const char *arg = optind > 0 ? argv[optind - 1] : "?";
 	if (strncmp(arg, "--", 2) == 0) {
 		size_t n = strcspn(arg + 2, "=");

@@ -99,7 +99,7 @@ static void sandbox_usage(FILE *f)
 	      "  airlock sandbox exec [--env K=V] [--cwd DIR] [--timeout S] [--output-limit SIZE]\n"
 	      "                       ID -- CMD [ARG...]\n"
 	      "  airlock sandbox list\n"
-	      "  airlock sandbox destroy ID\n"
+	      "  airlock sandbox destroy ID...\n"
 	      "  airlock sandbox audit ID                            print its gateway's audit log\n"
 	      "  airlock sandbox policy ID FILE                      replace its rules (a policy file's\n"
 	      "                                                      rules:) with a new generation\n"
@@ -344,6 +344,8 @@ static void report_oom_kills(const struct sbx_result *res)
 
 static int report(const struct sbx_result *res)
 {
+	log_debug("command ended: outcome %d, status %d, %" PRIu64 " OOM kill%s", (int)res->outcome,
+		  res->status, res->oom_kills, res->oom_kills == 1 ? "" : "s");
 	report_oom_kills(res);
 	switch (res->outcome) {
 	case SBX_EXITED:
@@ -470,6 +472,12 @@ static int do_exec(int argc, char **argv)
 	const char *id = argv[oi];
 	if (!sbx_id_valid(id))
 		return cli_fail("'%s' is not a sandbox id", id);
+	/* "exec ID --env X=1 -- cmd": the options were meant for exec. A
+	 * command that starts with '-' comes after "--". */
+	if (oi + 1 < argc && argv[oi + 1][0] == '-' && strcmp(argv[oi + 1], "--") != 0)
+		return cli_fail("options go before the sandbox id: airlock sandbox exec [OPTIONS] "
+				"%s -- CMD (found '%s' after the id)",
+				id, argv[oi + 1]);
 	char **cmd = command_argv(argc, argv, oi, 1);
 	if (!cmd)
 		return cli_fail("sandbox exec needs a command after --");
@@ -520,17 +528,23 @@ static int do_list(int argc, char **argv)
 
 static int do_destroy(int argc, char **argv)
 {
-	if (argc != 2)
-		return cli_fail("usage: airlock sandbox destroy ID");
-	if (!sbx_id_valid(argv[1]))
-		return cli_fail("'%s' is not a sandbox id", argv[1]);
+	if (argc < 2)
+		return cli_fail("usage: airlock sandbox destroy ID...");
+	for (int i = 1; i < argc; i++)
+		if (!sbx_id_valid(argv[i]))
+			return cli_fail("'%s' is not a sandbox id (nothing was destroyed)",
+					argv[i]);
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
-	struct al_error err = { 0 };
-	if (sbx_destroy(&set, argv[1], &err) < 0)
-		return cli_fail("%s", al_error_message(&err));
-	return 0;
+	/* Each one, whatever became of the others. */
+	int rc = 0;
+	for (int i = 1; i < argc; i++) {
+		struct al_error err = { 0 };
+		if (sbx_destroy(&set, argv[i], &err) < 0)
+			rc = cli_fail("%s", al_error_message(&err));
+	}
+	return rc;
 }
 
 /* Prints the audit log of a sandbox's gateway. */
@@ -697,6 +711,15 @@ int cmd_sandbox(int argc, char **argv)
 		return EXIT_AIRLOCK_ERROR;
 	}
 	const char *sub = argv[1];
+	/* The commands without options of their own have --help too. */
+	static const char *const plain[] = { "list",   "destroy", "gc", "audit",
+					     "policy", "budget",  NULL };
+	for (size_t i = 0; plain[i]; i++)
+		if (strcmp(sub, plain[i]) == 0 && argc > 2 &&
+		    (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+			sandbox_usage(stdout);
+			return 0;
+		}
 	if (strcmp(sub, "run") == 0)
 		return do_run(argc - 1, argv + 1);
 	if (strcmp(sub, "create") == 0)
@@ -724,6 +747,12 @@ int cmd_sandbox(int argc, char **argv)
 
 int cmd_doctor(int argc, char **argv)
 {
+	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		fputs("usage: airlock doctor   what this host's kernel has of what sandboxes need "
+		      "(exit 1: something is missing)\n",
+		      stdout);
+		return 0;
+	}
 	if (argc > 1)
 		return cli_fail("doctor takes no arguments");
 	return sbx_doctor(1) == 0 ? 0 : 1;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,11 +51,22 @@ int cli_init(void)
 		return EXIT_AIRLOCK_ERROR;
 	enum log_level level = LOG_LEVEL_INFO;
 	const char *lv = getenv("AIRLOCK_LOG_LEVEL");
-	if (lv && log_level_from_string(lv, &level) < 0)
-		level = LOG_LEVEL_INFO;
 	const char *lf = getenv("AIRLOCK_LOG_FORMAT");
-	log_setup("airlock", level,
+	bool bad_level = lv && *lv && log_level_from_string(lv, &level) < 0;
+	bool bad_format = lf && *lf && strcmp(lf, "json") != 0 && strcmp(lf, "human") != 0;
+	log_setup("airlock", bad_level ? LOG_LEVEL_INFO : level,
 		  lf && strcmp(lf, "json") == 0 ? LOG_FORMAT_JSON : LOG_FORMAT_HUMAN);
+	/* Said back only when it is short and printable. */
+	const char *bad = bad_level ? lv : bad_format ? lf : NULL;
+	if (bad) {
+		bool show = strlen(bad) <= 32;
+		for (const char *c = bad; show && *c; c++)
+			show = *c > 0x20 && *c < 0x7f;
+		return cli_fail("%s wants %s%s%s%s",
+				bad_level ? "AIRLOCK_LOG_LEVEL" : "AIRLOCK_LOG_FORMAT",
+				bad_level ? "error, warning, info or debug" : "human or json",
+				show ? ", not '" : "", show ? bad : "", show ? "'" : "");
+	}
 	/* Writes to a closed pipe are errors to handle, not deaths. */
 	signal(SIGPIPE, SIG_IGN);
 	return 0;

@@ -54,6 +54,34 @@ int parse_u64(const char *s, uint64_t *ret)
 	return digits_to_u64(digits, ret);
 }
 
+int parse_u64_dec_hex(const char *s, uint64_t *ret)
+{
+	if (!s || !(s[0] == '0' && (s[1] == 'x' || s[1] == 'X')))
+		return parse_u64(s, ret);
+	const char *p = s + 2;
+	uint64_t v = 0;
+	size_t n = 0;
+	for (; p[n]; n++) {
+		char c = p[n];
+		unsigned d;
+		if (c >= '0' && c <= '9')
+			d = (unsigned)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			d = (unsigned)(c - 'a' + 10);
+		else if (c >= 'A' && c <= 'F')
+			d = (unsigned)(c - 'A' + 10);
+		else
+			return -EINVAL;
+		if (v >> 60)
+			return -ERANGE;
+		v = v << 4 | d;
+	}
+	if (n == 0)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
 int parse_u64_prefix(const char *s, uint64_t *ret, const char **ret_end)
 {
 	struct sv digits;

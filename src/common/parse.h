@@ -13,6 +13,9 @@
 
 /* Decimal digits only: "0", "42", "007". */
 int parse_u64(const char *s, uint64_t *ret);
+/* Decimal, or hexadecimal after "0x" or "0X" ("0x60000000"): ids that
+ * are written in hex. */
+int parse_u64_dec_hex(const char *s, uint64_t *ret);
 
 /*
  * For numbers inside a larger text (a /proc file, a record): the decimal

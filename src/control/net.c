@@ -11,6 +11,7 @@
 
 #include "common/cleanup.h"
 #include "common/fdutil.h"
+#include "common/log.h"
 #include "control/net.h"
 
 void ctl_net_init(struct ctl_net *n)
@@ -57,6 +58,8 @@ static int net_ready(const struct sbx_net_fds *fds, const char *id, const char *
 		.dns = fds->dns,
 		.control = control,
 	};
+	log_debug("sandbox %s: its gateway (pid %d) takes the proxy, DNS and control socket %s", id,
+		  (int)n->gp.pid, sock);
 	return gw_attach(&n->gp, id, &l, audit_fd, init_pidfd, n->err);
 }
 
@@ -84,6 +87,10 @@ int ctl_net_setup(struct ctl_net *n, const struct ctl_net_opts *o, struct sbx_sp
 	int r = gw_start(&gopts, &so, &n->gp, err);
 	if (r < 0)
 		return r;
+	log_debug("gateway started: pid %d, uid %u, %s, %zu rule%s given as --allow%s%s",
+		  (int)n->gp.pid, o->gw_uid, gopts.mode == GW_MODE_OPEN ? "open" : "restricted",
+		  gopts.n_allow, gopts.n_allow == 1 ? "" : "s",
+		  gopts.policy_file ? ", policy " : "", gopts.policy_file ? gopts.policy_file : "");
 	n->started = true;
 	/* The gateway's variables are not the caller's to change silently. */
 	for (size_t i = 0; i < spec->n_env; i++) {

@@ -42,10 +42,10 @@ int gw_uid_from_env(uint32_t *ret, struct al_error *err)
 		return 0;
 	}
 	uint64_t v;
-	if (parse_u64(s, &v) < 0 || v == 0 || v >= UINT32_MAX)
+	if (parse_u64_dec_hex(s, &v) < 0 || v == 0 || v >= UINT32_MAX)
 		return al_error_set(err, -EINVAL,
-				    "AIRLOCK_GATEWAY_UID must be a uid from 1 to 4294967294 "
-				    "(the gateway's own, used by nothing else)");
+				    "AIRLOCK_GATEWAY_UID must be a uid from 1 to 4294967294, "
+				    "decimal or 0x hex (the gateway's own, used by nothing else)");
 	*ret = (uint32_t)v;
 	return 0;
 }

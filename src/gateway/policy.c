@@ -113,6 +113,10 @@ static int parse_host(const struct config_node *n, const char *path, struct gw_r
 	if (rc < 0)
 		return rc;
 	size_t len = strlen(host);
+	if (strstr(host, "://"))
+		return config_error(n, path, err,
+				    "a host takes no URL scheme: the host name alone (the port "
+				    "and paths are keys of their own)");
 	if (len > 2 && host[0] == '*' && host[1] == '.') {
 		bool ip;
 		if (gw_host_normalize(host + 2, len - 2, r->host, sizeof(r->host), &ip) < 0 || ip)
@@ -366,6 +370,12 @@ int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id, st
 	snprintf(r.id, sizeof(r.id), "%s", id);
 	/* HOST[:PORT][/PATH]; HOST may be "*.suffix" or "[v6]". */
 	const char *s = spec, *end;
+	const char *scheme = strstr(spec, "://");
+	if (scheme)
+		return al_error_set(err, -EINVAL,
+				    "--allow %s: a rule takes no URL scheme (HOST[:PORT][/PATH], "
+				    "e.g. --allow %s)",
+				    spec, scheme + 3);
 	if (*s == '[') {
 		end = strchr(s, ']');
 		if (!end)

@@ -13,6 +13,7 @@
  * process of the same uid), and a seccomp filter. Only then does it report
  * ready, and only then can a sandbox's bytes reach it.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -436,8 +437,24 @@ int gw_serve_standalone(const struct gw_config *cfg, const char *listen_addr, co
 		signal(SIGPIPE, SIG_IGN);
 		/* Ready, and nothing of root's left: a caller waiting for this
 		 * line may send requests. */
+		/* Where it is bound (a port of 0 was chosen by the kernel). */
+		struct sockaddr_storage at;
+		socklen_t al = sizeof(at);
+		char host[INET6_ADDRSTRLEN] = "?", where[INET6_ADDRSTRLEN + 16];
+		unsigned port = 0;
+		if (getsockname(lfd, (struct sockaddr *)&at, &al) == 0 && at.ss_family == AF_INET) {
+			const struct sockaddr_in *in = (const struct sockaddr_in *)&at;
+			inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+			port = ntohs(in->sin_port);
+		} else if (at.ss_family == AF_INET6) {
+			const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&at;
+			inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+			port = ntohs(in6->sin6_port);
+		}
+		snprintf(where, sizeof(where), at.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", host,
+			 port);
 		dprintf(2, "airlock gateway: listening on %s (HTTP proxy; clients trust %s)\n",
-			listen_addr, ca_out ? ca_out : "the CA it made");
+			port ? where : listen_addr, ca_out ? ca_out : "the CA it made");
 		rc = gw_engine_run(e);
 		if (rc < 0)
 			al_error_set(err, rc, "the event loop failed");

@@ -29,12 +29,13 @@ int sbx_settings_from_env(struct sbx_settings *s, struct al_error *err)
 	v = getenv("AIRLOCK_UID_BASE");
 	if (v && *v) {
 		uint64_t base;
-		if (parse_u64(v, &base) < 0 || base < 65536 ||
+		if (parse_u64_dec_hex(v, &base) < 0 || base < 65536 ||
 		    base + (uint64_t)s->uid_slots * SBX_RANGE > 0x7fffffffu)
 			return al_error_set(err, -EINVAL,
-					    "AIRLOCK_UID_BASE must be a uid from 65536 "
-					    "leaving room for %u ranges of 65536 below 2^31",
-					    s->uid_slots);
+					    "AIRLOCK_UID_BASE must be a uid (decimal, or hex as "
+					    "0x60000000) from 65536 leaving room for %u ranges of "
+					    "65536 below 2^31, not '%.32s'",
+					    s->uid_slots, v);
 		s->uid_base = (uint32_t)base;
 	}
 	return 0;

@@ -246,6 +246,16 @@ static int plan_sandbox(const struct sbx_settings *set, const struct sbx_spec *s
 		return r;
 	sb->slot_claimed = true;
 	sb->state.uid = set->uid_base + sb->state.slot * SBX_RANGE;
+	log_debug("sandbox %s: state %s, uids %#x-%#x (slot %u), image %s, workspace %s, "
+		  "network %s",
+		  sb->id, sb->paths.dir, sb->state.uid, sb->state.uid + SBX_RANGE - 1,
+		  sb->state.slot, spec->image ? spec->image : "host",
+		  spec->workspace ? spec->workspace :
+		  spec->lower	  ? spec->lower :
+				    "(fresh)",
+		  spec->network == SBX_NETWORK_NONE	  ? "none" :
+		  spec->network == SBX_NETWORK_RESTRICTED ? "restricted" :
+							    "open");
 	sb->state.created = (int64_t)time(NULL);
 	sb->state.ephemeral = sb->ephemeral;
 	sb->state.memory_bytes = spec->memory_bytes;
@@ -292,7 +302,10 @@ static int stage_rootfs(const struct sbx_spec *spec, struct sandbox *sb, struct 
 	if (sb->userns_fd < 0)
 		return al_error_set_errno(err, sb->userns_fd, "cannot create the user namespace");
 	uint32_t owner[2];
+	log_debug("sandbox %s: root filesystem planned, user namespace made", sb->id);
 	if (sbx_rootfs_plan_needs_ws_userns(sb->plan, owner)) {
+		log_debug("sandbox %s: the workspace's %u:%u are the sandbox's root", sb->id,
+			  owner[0], owner[1]);
 		sb->ws_userns_fd = sbx_userns_workspace(uid, owner[0], owner[1]);
 		if (sb->ws_userns_fd < 0)
 			return al_error_set_errno(err, sb->ws_userns_fd,
@@ -307,6 +320,11 @@ static int stage_cgroup(const struct sbx_settings *set, const struct sbx_spec *s
 			struct sandbox *sb, struct al_error *err)
 {
 	int r = sbx_cgroup_create(set, sb->id, spec, &sb->state.cg, err);
+	if (r == 0)
+		log_debug("sandbox %s: cgroup %s (%s), memory %" PRIu64 ", pids %" PRIu64
+			  ", cpus %.2f",
+			  sb->id, sb->state.cg.path[0], sb->state.cg.v2 ? "v2" : "v1",
+			  spec->memory_bytes, spec->pids, spec->cpus);
 	if (r < 0)
 		return r;
 	sb->cgroup_made = true;

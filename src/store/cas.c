@@ -50,6 +50,7 @@
 #include "store/cas.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <openssl/sha.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -59,6 +60,7 @@
 
 #include "common/cleanup.h"
 #include "common/encode.h"
+#include "common/log.h"
 
 #define PACK_MAGIC "airlock-pack-1\n"
 #define PACK_MAGIC_LEN (sizeof(PACK_MAGIC) - 1)
@@ -755,6 +757,10 @@ int st_cas_load(struct st_cas *c, struct al_error *err)
 	if (c->use_midx &&
 	    (c->midx ? c->n_packs - c->midx_packs > MIDX_NEW_MAX : c->n_packs >= MIDX_MIN_PACKS))
 		midx_write(c);
+	log_debug("chunk index of tenant %s: %zu packs, %" PRIu64 " index objects read, %zu "
+		  "chunks from the merged index%s",
+		  c->tenant, c->n_packs, c->stats.indexes_read, c->midx_recs,
+		  c->stats.midx_written ? " (written anew)" : "");
 	return 0;
 }
 

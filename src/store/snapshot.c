@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/log.h"
 #include "common/fdutil.h"
 #include "store/chunker.h"
 #include "store/internal.h"
@@ -831,6 +832,11 @@ int st_snapshot(struct st_repo *r, const struct st_snapshot_opts *o, struct st_s
 		 * and composed, and the new delta goes over the full manifest
 		 * under them. */
 		rc = st_checkpoint_chain(r, o->lower, &lhead, &ldepth, &ltree, err);
+		if (rc == 0)
+			log_debug("snapshot of %s over %s: %u deltas under it, its tree at most "
+				  "%" PRIu64 " entries%s",
+				  dir, o->lower, ldepth, ltree,
+				  ldepth >= ST_CHAIN_MAX ? ": composing the chain" : "");
 		if (rc == 0 && ldepth >= ST_CHAIN_MAX)
 			rc = st_manifest_load_chain(r, o->lower, NULL, NULL, &lower, NULL, NULL,
 						    err);

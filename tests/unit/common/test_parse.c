@@ -64,6 +64,29 @@ static void test_u64(void **state)
 	assert_true(v == SENTINEL);
 }
 
+static void test_u64_dec_hex(void **state)
+{
+	static const struct u64_case cases[] = {
+		{ "0", 0, 0 },
+		{ "268435456", 0, 268435456 },
+		{ "0x10000000", 0, 0x10000000 },
+		{ "0X6000ABCD", 0, 0x6000abcd },
+		{ "0xffffffffffffffff", 0, UINT64_MAX },
+		{ "0x10000000000000000", -ERANGE, 0 },
+		{ "0x", -EINVAL, 0 },
+		{ "0xg", -EINVAL, 0 },
+		{ "0x10 ", -EINVAL, 0 },
+		{ "-0x1", -EINVAL, 0 },
+		{ "x10", -EINVAL, 0 },
+		{ "", -EINVAL, 0 },
+		{ "010", 0, 10 },
+	};
+	check_u64(parse_u64_dec_hex, cases, sizeof(cases) / sizeof(cases[0]));
+	uint64_t v = SENTINEL;
+	assert_int_equal(parse_u64_dec_hex(NULL, &v), -EINVAL);
+	assert_true(v == SENTINEL);
+}
+
 static void test_prefix(void **state)
 {
 	static const struct {
@@ -258,13 +281,10 @@ static void test_double_ignores_locale(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_u64),
-		cmocka_unit_test(test_prefix),
-		cmocka_unit_test(test_size),
-		cmocka_unit_test(test_duration),
-		cmocka_unit_test(test_int_range),
-		cmocka_unit_test(test_double),
-		cmocka_unit_test(test_double_ignores_locale),
+		cmocka_unit_test(test_u64),	 cmocka_unit_test(test_u64_dec_hex),
+		cmocka_unit_test(test_prefix),	 cmocka_unit_test(test_size),
+		cmocka_unit_test(test_duration), cmocka_unit_test(test_int_range),
+		cmocka_unit_test(test_double),	 cmocka_unit_test(test_double_ignores_locale),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
