@@ -10,7 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <linux/fs.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -18,7 +23,9 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/fdutil.h"
+#include "common/log.h"
 #include "common/parse.h"
+#include "common/rmtree.h"
 #include "store/archive.h"
 #include "store/checkpoint.h"
 #include "store/gc.h"
@@ -36,19 +43,25 @@ static const char usage[] =
 	"                                      both: [--max-bytes SIZE] [--max-files N]\n"
 	"                                      [--max-depth N] (refused before reading past them;\n"
 	"                                      a file's holes count)\n"
-	"       airlock checkpoint restore ID --to DIR [--owner USER[:GROUP]] [--max-bytes SIZE]\n"
-	"                                      [--max-files N] [--max-depth N]\n"
+	"       airlock checkpoint restore ID --to DIR [--owner USER[:GROUP]] [--force]\n"
+	"                                      [--max-bytes SIZE] [--max-files N] [--max-depth N]\n"
+	"                                      (--force: DIR may hold a tree, replaced in one\n"
+	"                                      rename once the restore is whole; its mode and\n"
+	"                                      owner stay)\n"
 	"                                      (--owner: every entry, DIR too, is USER's; names or\n"
 	"                                      numbers; USER alone: with USER's primary group)\n"
 	"       airlock checkpoint diff A B [--names-only]\n"
 	"       airlock checkpoint ls ID\n"
 	"       airlock checkpoint latest [--session S]\n"
+	"       airlock checkpoint log [--session S] [--json]   the session's checkpoints,\n"
+	"                                      newest first\n"
 	"       airlock checkpoint adopt ID --session S   (a fork: S starts from checkpoint ID)\n"
 	"       airlock checkpoint gc [--keep-last K] [--keep-days N] [--max-unused PCT]\n"
 	"                                      [--dry-run]   (PCT: rewrite packs more unused; 10)\n"
 	"       airlock checkpoint export ID -o FILE.tar   (-o -: standard output)\n"
 	"       airlock checkpoint import FILE.tar [--session S] [--max-bytes SIZE]\n"
 	"                                      [--max-files N] [--max-depth N]   prints the id\n"
+	"An ID may be given as a unique prefix of at least 4 of its hex digits.\n"
 	"common options:\n"
 	"  --store DIR     the object store (default $AIRLOCK_STORE_DIR or " DEFAULT_STORE ")\n"
 	"  --tenant T      the tenant (default: default)\n"
@@ -78,6 +91,8 @@ enum {
 	OPT_KEEP_DAYS,
 	OPT_MAX_UNUSED,
 	OPT_DRY_RUN,
+	OPT_FORCE,
+	OPT_JSON,
 	OPT_HELP,
 	OPT_OUTPUT = 'o',
 };
@@ -86,9 +101,10 @@ struct copts {
 	const char *store, *tenant, *key, *workspace, *upper, *lower, *session, *to, *owner;
 	const char *output;
 	struct st_manifest_limits limits;
-	bool names_only, userxattr, full;
+	bool names_only, userxattr, full, force, json;
 	struct st_gc_opts gc;
-	bool gc_given; /* one of gc's own options */
+	char ids[2][ST_ID_HEX + 1], lower_id[ST_ID_HEX + 1]; /* as resolved */
+	bool gc_given;					     /* one of gc's own options */
 	char **args;
 	int n_args;
 };
@@ -115,6 +131,8 @@ static int parse(int argc, char **argv, struct copts *o)
 		{ "keep-days", required_argument, NULL, OPT_KEEP_DAYS },
 		{ "max-unused", required_argument, NULL, OPT_MAX_UNUSED },
 		{ "dry-run", no_argument, NULL, OPT_DRY_RUN },
+		{ "force", no_argument, NULL, OPT_FORCE },
+		{ "json", no_argument, NULL, OPT_JSON },
 		{ "output", required_argument, NULL, OPT_OUTPUT },
 		{ "help", no_argument, NULL, OPT_HELP },
 		{ NULL, 0, NULL, 0 },
@@ -203,6 +221,12 @@ static int parse(int argc, char **argv, struct copts *o)
 			o->gc.dry_run = true;
 			o->gc_given = true;
 			break;
+		case OPT_FORCE:
+			o->force = true;
+			break;
+		case OPT_JSON:
+			o->json = true;
+			break;
 		case OPT_OUTPUT:
 			if (o->output)
 				return cli_fail("-o (--output) may be given once");
@@ -241,6 +265,32 @@ static int open_repo(const struct copts *o, bool create_key, struct st_repo **re
 	return 0;
 }
 
+/* The first n arguments and --lower, ids as typed (unique prefixes too),
+ * made whole; 0 or an exit status after a message. */
+static int resolve_ids(struct st_repo *r, struct copts *o, int n)
+{
+	struct al_error err = { 0 };
+	for (int i = 0; i < n && i < o->n_args && i < 2; i++) {
+		if (st_checkpoint_resolve(r, o->args[i], o->ids[i], &err) < 0)
+			return cli_fail("%s", al_error_message(&err));
+		o->args[i] = o->ids[i];
+	}
+	if (o->lower) {
+		if (st_checkpoint_resolve(r, o->lower, o->lower_id, &err) < 0)
+			return cli_fail("--lower: %s", al_error_message(&err));
+		o->lower = o->lower_id;
+	}
+	return 0;
+}
+
+static int resolve_id(struct st_repo *r, const char *typed, char out[ST_ID_HEX + 1])
+{
+	struct al_error err = { 0 };
+	if (st_checkpoint_resolve(r, typed, out, &err) < 0)
+		return cli_fail("%s", al_error_message(&err));
+	return 0;
+}
+
 /* Paths as they are, but control bytes and backslashes escaped. */
 static void put_path(FILE *f, const char *p)
 {
@@ -269,6 +319,11 @@ static int do_create(struct copts *o)
 	int rc = open_repo(o, true, &r);
 	if (rc)
 		return rc;
+	rc = resolve_ids(r, o, 0);
+	if (rc) {
+		st_repo_close(r);
+		return rc;
+	}
 	struct st_snapshot_opts so = { .workspace = o->workspace,
 				       .upper = o->upper,
 				       .lower = o->lower,
@@ -365,24 +420,150 @@ static int parse_owner(const char *arg, struct st_restore_opts *ro)
 	return 0;
 }
 
+/* The message for a caller's path open_no_symlinks refused or could not
+ * open. */
+static int path_fail(const char *what, const char *path, int r)
+{
+	if (r == -ELOOP)
+		return cli_fail("%s %s: a symbolic link in the path is not followed (name the real "
+				"path, with no link in any component)",
+				what, path);
+	return cli_fail("%s %s: %s", what, path, al_strerror(r));
+}
+
+/*
+ * FILE is written whole or not at all: a temporary file beside it, renamed.
+ * Its directory is opened once, following no link anywhere in the path (a
+ * user who owns a directory on the way cannot send the file into one of
+ * root's), and the temporary file is made (O_EXCL), renamed and synced
+ * relative to that descriptor only.
+ */
+/* Whether dir (opened following no link) is a directory holding something
+ * (1); 0 for anything else, which the restore itself then judges: absent,
+ * empty, not a directory, a link on the way. */
+static int dir_holds_something(const char *dir)
+{
+	int fd = open_no_symlinks(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_NOCTTY, 0);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	struct dirent *de;
+	int full = 0;
+	while (!full && (de = readdir(d)))
+		full = strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+	closedir(d);
+	return full;
+}
+
+/*
+ * restore --force into a directory that holds a tree: the checkpoint goes
+ * into a new directory beside it, which takes the old one's mode (and
+ * owner, without --owner), then the two are swapped in one rename and the
+ * old tree removed. Until the swap, the old tree is as it was. The
+ * directory they are in is opened once, following no link, and everything
+ * is made, checked, swapped and removed relative to it.
+ */
+static int restore_in_place(struct st_repo *r, const char *id, const char *to,
+			    struct st_restore_opts *ro)
+{
+	char base[NAME_MAX + 1];
+	_cleanup_close_ int pfd = open_parent_no_symlinks(AT_FDCWD, to, base, sizeof(base), NULL);
+	if (pfd == -EINVAL)
+		return cli_fail("--to %s --force: name the directory by its path (not . or ..)",
+				to);
+	if (pfd < 0)
+		return path_fail("cannot open the directory of", to, pfd);
+	struct stat old, made, now;
+	if (fstatat(pfd, base, &old, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(old.st_mode))
+		return cli_fail("%s is not a directory", to);
+	uint8_t rnd[8];
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		return cli_fail("cannot make a name: %s", al_strerror(errno));
+	char name[NAME_MAX + 1], tmp[PATH_MAX];
+	snprintf(name, sizeof(name), ".%.64s.restore-%02x%02x%02x%02x%02x%02x%02x%02x", base,
+		 rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+	/* The path of the new directory, for the restore: to's own directory
+	 * part (trailing slashes aside), then its name. */
+	size_t tlen = strlen(to);
+	while (tlen > 1 && to[tlen - 1] == '/')
+		tlen--;
+	size_t dlen = tlen >= strlen(base) ? tlen - strlen(base) : 0;
+	int n = snprintf(tmp, sizeof(tmp), "%.*s%s", (int)dlen, to, name);
+	if (n < 0 || (size_t)n >= sizeof(tmp))
+		return cli_fail("%s: path too long", to);
+	if (mkdirat(pfd, name, 0700) < 0 || fstatat(pfd, name, &made, AT_SYMLINK_NOFOLLOW) < 0)
+		return cli_fail("cannot make a directory beside %s: %s", to, al_strerror(errno));
+	struct al_error err = { 0 };
+	int rc = st_restore_with(r, id, tmp, ro, &err);
+	if (rc < 0) {
+		rm_rf_at(pfd, name);
+		return cli_fail("%s (%s is as it was)", al_error_message(&err), to);
+	}
+	/* Both still the directories they were (nobody moved them meanwhile). */
+	_cleanup_close_ int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &now) < 0 || now.st_ino != made.st_ino ||
+	    now.st_dev != made.st_dev || fstatat(pfd, base, &now, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    now.st_ino != old.st_ino || now.st_dev != old.st_dev) {
+		rm_rf_at(pfd, name);
+		return cli_fail("%s or the restore beside it changed while it was made: nothing "
+				"replaced",
+				to);
+	}
+	if (fchmod(fd, old.st_mode & 07777) < 0 ||
+	    (!ro->chown && geteuid() == 0 && fchown(fd, old.st_uid, old.st_gid) < 0)) {
+		int e = errno;
+		rm_rf_at(pfd, name);
+		return cli_fail("cannot give the restored tree %s's mode and owner: %s (%s is as "
+				"it was)",
+				to, al_strerror(e), to);
+	}
+	if (syscall(SYS_renameat2, pfd, name, pfd, base, RENAME_EXCHANGE) < 0) {
+		int e = errno;
+		rm_rf_at(pfd, name);
+		return cli_fail("cannot put the restored tree in the place of %s: %s (%s is as it "
+				"was)",
+				to, al_strerror(e), to);
+	}
+	rc = rm_rf_at(pfd, name);
+	if (rc < 0)
+		log_warning("restored into %s; the old tree is left in %s: %s", to, tmp,
+			    al_strerror(rc));
+	return 0;
+}
+
 static int do_restore(struct copts *o)
 {
 	if (o->n_args != 1 || !o->to)
-		return cli_fail("usage: airlock checkpoint restore ID --to DIR");
+		return cli_fail("usage: airlock checkpoint restore ID --to DIR [--force]");
 	struct st_restore_opts ro = { .limits = &o->limits };
 	if (o->owner) {
 		int rc = parse_owner(o->owner, &ro);
 		if (rc)
 			return rc;
 	}
+	bool empty = !dir_holds_something(o->to);
+	if (!empty && !o->force)
+		return cli_fail("%s is not empty (--force: replace what it holds, as one rename "
+				"once the restore is whole)",
+				o->to);
 	struct st_repo *r = NULL;
 	int rc = open_repo(o, false, &r);
 	if (rc)
 		return rc;
-	struct al_error err = { 0 };
-	rc = st_restore_with(r, o->args[0], o->to, &ro, &err);
+	char id[ST_ID_HEX + 1];
+	rc = resolve_id(r, o->args[0], id);
+	if (rc == 0 && !empty) {
+		rc = restore_in_place(r, id, o->to, &ro);
+	} else if (rc == 0) {
+		struct al_error err = { 0 };
+		if (st_restore_with(r, id, o->to, &ro, &err) < 0)
+			rc = cli_fail("%s", al_error_message(&err));
+	}
 	st_repo_close(r);
-	return rc < 0 ? cli_fail("%s", al_error_message(&err)) : 0;
+	return rc;
 }
 
 static int do_diff(struct copts *o)
@@ -393,6 +574,11 @@ static int do_diff(struct copts *o)
 	int rc = open_repo(o, false, &r);
 	if (rc)
 		return rc;
+	rc = resolve_ids(r, o, 2);
+	if (rc) {
+		st_repo_close(r);
+		return rc;
+	}
 	struct buf out = BUF_INIT(1u << 30);
 	struct al_error err = { 0 };
 	rc = st_diff(r, o->args[0], o->args[1], !o->names_only, &out, &err);
@@ -411,6 +597,11 @@ static int do_ls(struct copts *o)
 	int rc = open_repo(o, false, &r);
 	if (rc)
 		return rc;
+	rc = resolve_ids(r, o, 1);
+	if (rc) {
+		st_repo_close(r);
+		return rc;
+	}
 	struct st_manifest *m = NULL;
 	struct al_error err = { 0 };
 	rc = st_manifest_load(r, o->args[0], &o->limits, &m, &err);
@@ -456,6 +647,69 @@ static int do_latest(struct copts *o)
 	return 0;
 }
 
+struct log_list {
+	char (*ids)[ST_ID_HEX + 1];
+	int64_t *when;
+	size_t n, cap;
+};
+
+static int on_log(const char *id, int64_t when_ns, void *ud)
+{
+	struct log_list *l = ud;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		char(*ids)[ST_ID_HEX + 1] = realloc(l->ids, cap * sizeof(*ids));
+		if (ids)
+			l->ids = ids;
+		int64_t *when = ids ? realloc(l->when, cap * sizeof(*when)) : NULL;
+		if (!ids || !when)
+			return -ENOMEM;
+		l->when = when;
+		l->cap = cap;
+	}
+	memcpy(l->ids[l->n], id, ST_ID_HEX + 1);
+	l->when[l->n++] = when_ns;
+	return 0;
+}
+
+/* `log --session S`: the session's checkpoints, newest first. */
+static int do_log(struct copts *o)
+{
+	if (o->n_args != 0)
+		return cli_fail("usage: airlock checkpoint log [--session S] [--json]");
+	struct st_repo *r = NULL;
+	int rc = open_repo(o, false, &r);
+	if (rc)
+		return rc;
+	struct log_list l = { 0 };
+	struct al_error err = { 0 };
+	rc = st_session_log(r, o->session, on_log, &l, &err);
+	st_repo_close(r);
+	if (rc == -ENOMEM)
+		rc = cli_fail("out of memory");
+	else if (rc < 0)
+		rc = cli_fail("%s", al_error_message(&err));
+	if (rc == 0 && o->json)
+		fputs("[", stdout);
+	for (size_t i = l.n; rc == 0 && i-- > 0;) {
+		time_t t = (time_t)(l.when[i] / 1000000000);
+		struct tm tm;
+		char when[32];
+		gmtime_r(&t, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		if (o->json)
+			printf("%s{\"id\":\"%s\",\"created\":\"%s\",\"created_ns\":%" PRId64 "}",
+			       i + 1 == l.n ? "" : ",", l.ids[i], when, l.when[i]);
+		else
+			printf("%s  %s\n", l.ids[i], when);
+	}
+	if (rc == 0 && o->json)
+		fputs("]\n", stdout);
+	free(l.ids);
+	free(l.when);
+	return rc;
+}
+
 /* A fork as sessions make one (st_session_adopt): the session's next
  * checkpoint follows ID. The operators' and the benchmark's way in. */
 static int do_adopt(struct copts *o)
@@ -466,6 +720,11 @@ static int do_adopt(struct copts *o)
 	int rc = open_repo(o, false, &r);
 	if (rc)
 		return rc;
+	rc = resolve_ids(r, o, 1);
+	if (rc) {
+		st_repo_close(r);
+		return rc;
+	}
 	struct al_error err = { 0 };
 	rc = st_session_adopt(r, o->session, o->args[0], &err);
 	st_repo_close(r);
@@ -475,24 +734,6 @@ static int do_adopt(struct copts *o)
 	return 0;
 }
 
-/* The message for a caller's path open_no_symlinks refused or could not
- * open. */
-static int path_fail(const char *what, const char *path, int r)
-{
-	if (r == -ELOOP)
-		return cli_fail("%s %s: a symbolic link in the path is not followed (name the real "
-				"path, with no link in any component)",
-				what, path);
-	return cli_fail("%s %s: %s", what, path, al_strerror(r));
-}
-
-/*
- * FILE is written whole or not at all: a temporary file beside it, renamed.
- * Its directory is opened once, following no link anywhere in the path (a
- * user who owns a directory on the way cannot send the file into one of
- * root's), and the temporary file is made (O_EXCL), renamed and synced
- * relative to that descriptor only.
- */
 static int export_to_file(struct st_repo *r, const char *id, const char *file)
 {
 	char name[NAME_MAX + 1];
@@ -552,6 +793,11 @@ static int do_export(struct copts *o)
 	int rc = open_repo(o, false, &r);
 	if (rc)
 		return rc;
+	rc = resolve_ids(r, o, 1);
+	if (rc) {
+		st_repo_close(r);
+		return rc;
+	}
 	if (strcmp(out, "-") == 0) {
 		struct al_error err = { 0 };
 		rc = st_export_tar(r, o->args[0], 1, &err);
@@ -654,6 +900,10 @@ int cmd_checkpoint(int argc, char **argv)
 				"of `checkpoint gc` only");
 	if (o.output && strcmp(sub, "export") != 0)
 		return cli_fail("-o (--output) is an option of `checkpoint export` only");
+	if (o.force && strcmp(sub, "restore") != 0)
+		return cli_fail("--force is an option of `checkpoint restore` only");
+	if (o.json && strcmp(sub, "log") != 0)
+		return cli_fail("--json is an option of `checkpoint log` only");
 	if (strcmp(sub, "gc") == 0)
 		return do_gc(&o);
 	if (strcmp(sub, "export") == 0)
@@ -672,5 +922,7 @@ int cmd_checkpoint(int argc, char **argv)
 		return do_adopt(&o);
 	if (strcmp(sub, "import") == 0)
 		return do_import(&o);
+	if (strcmp(sub, "log") == 0)
+		return do_log(&o);
 	return cli_fail("unknown checkpoint command '%s' (try `airlock checkpoint --help`)", sub);
 }

@@ -72,6 +72,10 @@ int cli_gw_option(struct cli_gw_opts *g, int opt, char *arg);
 void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *label,
 		 struct gw_options *ret);
 
+/* s as a JSON string, quotes included (bytes that are not UTF-8 as
+ * \u00XX of the byte). */
+void cli_json_str(FILE *f, const char *s);
+
 /* Prints "airlock: MESSAGE" (through the log) and returns EXIT_AIRLOCK_ERROR. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -42,6 +42,7 @@ enum {
 	OPT_HOSTNAME,
 	OPT_CWD,
 	OPT_AUDIT,
+	OPT_JSON,
 	OPT_HELP,
 };
 
@@ -87,6 +88,7 @@ static const struct cli_optdef exec_optdefs[] = {
 	{ "audit", OPT_AUDIT, "FILE",
 	  "(run) append the gateway's audit log to FILE (default: the\n"
 	  "sandbox's own, gone with it; `sandbox audit ID` for create)" },
+	{ "json", OPT_JSON, NULL, "(create) print the new sandbox as JSON, as inspect --json" },
 	{ "help", OPT_HELP, NULL, "print this and exit" },
 	{ NULL, 0, NULL, NULL },
 };
@@ -98,7 +100,8 @@ static void sandbox_usage(FILE *f)
 	      "  airlock sandbox create [OPTIONS]                   print the new sandbox's id\n"
 	      "  airlock sandbox exec [--env K=V] [--cwd DIR] [--timeout S] [--output-limit SIZE]\n"
 	      "                       ID -- CMD [ARG...]\n"
-	      "  airlock sandbox list\n"
+	      "  airlock sandbox list [--json]                     every sandbox, `run`s too\n"
+	      "  airlock sandbox inspect ID [--json]\n"
 	      "  airlock sandbox destroy ID...\n"
 	      "  airlock sandbox audit ID                            print its gateway's audit log\n"
 	      "  airlock sandbox policy ID FILE                      replace its rules (a policy file's\n"
@@ -107,6 +110,7 @@ static void sandbox_usage(FILE *f)
 	      "                                                      a new egress budget (0: no limit),\n"
 	      "                                                      counted from zero\n"
 	      "  airlock sandbox gc                                  remove what crashes left behind\n"
+	      "An ID may be given as a unique prefix of at least 4 of its hex digits.\n"
 	      "\noptions:\n",
 	      f);
 	cli_print_optdefs(f, spec_optdefs);
@@ -125,6 +129,7 @@ struct options {
 	bool network_given;
 	struct cli_gw_opts gw;
 	const char *audit;
+	bool json;
 };
 
 /* Parses options; which ones are allowed depends on the subcommand (run has
@@ -161,8 +166,9 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 			       c == OPT_CPUS || c == OPT_HOSTNAME || is_gw;
 		bool is_exec = c == OPT_TIMEOUT || c == OPT_OUTPUT_LIMIT || c == OPT_CWD;
 		bool is_run = c == OPT_AUDIT;
+		bool is_create = c == OPT_JSON;
 		if ((is_spec && !spec_opts) || (is_exec && !exec_opts) ||
-		    (is_run && !(spec_opts && exec_opts)))
+		    (is_run && !(spec_opts && exec_opts)) || (is_create && exec_opts))
 			return cli_fail(
 				"option %s does not apply here (see `airlock sandbox --help`)",
 				name);
@@ -222,6 +228,9 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 					"--network wants none, restricted or open, not '%s'",
 					optarg);
 			o->network_given = true;
+			break;
+		case OPT_JSON:
+			o->json = true;
 			break;
 		case OPT_AUDIT:
 			if (!*optarg)
@@ -400,6 +409,49 @@ static int net_setup(struct options *o, const struct sbx_settings *set, uint32_t
 	return 0;
 }
 
+static void when_utc(int64_t secs, char out[32])
+{
+	struct tm tm;
+	time_t t = (time_t)secs;
+	gmtime_r(&t, &tm);
+	strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static const char *state_name(const struct sbx_info *info)
+{
+	return info->running ? "running" : "dead";
+}
+
+static void json_info(const struct sbx_info *info)
+{
+	char when[32];
+	when_utc(info->created, when);
+	printf("{\"id\":\"%s\",\"kind\":\"%s\",\"state\":\"%s\",\"created\":\"%s\","
+	       "\"network\":",
+	       info->id, info->ephemeral ? "run" : "create", state_name(info), when);
+	if (info->network[0])
+		printf("\"%s\"", info->network);
+	else
+		fputs("null", stdout);
+	fputs(",\"image\":", stdout);
+	cli_json_str(stdout, info->image);
+	fputs(",\"workspace\":", stdout);
+	if (info->workspace[0])
+		cli_json_str(stdout, info->workspace);
+	else
+		fputs("null", stdout);
+	fputs(",\"home\":", stdout);
+	if (info->home[0])
+		cli_json_str(stdout, info->home);
+	else
+		fputs("null", stdout);
+	printf(",\"memory_bytes\":%" PRIu64 ",\"oom_kills\":%" PRIu64 ",\"uids\":[%" PRIu32
+	       ",%" PRIu32 "],\"cgroup\":",
+	       info->memory_bytes, info->oom_kills, info->uid_first, info->uid_last);
+	cli_json_str(stdout, info->cgroup);
+	printf(",\"cgroup_version\":%d}", info->cgroup_v2 ? 2 : 1);
+}
+
 static int do_run(int argc, char **argv)
 {
 	struct options o = { 0 };
@@ -456,7 +508,24 @@ static int do_create(int argc, char **argv)
 	ctl_net_done(&n, r >= 0);
 	if (r < 0)
 		return cli_fail("%s", al_error_message(&err));
-	printf("%s\n", id);
+	struct sbx_info info;
+	if (o.json && sbx_inspect(&set, id, &info, &err) == 0) {
+		json_info(&info);
+		fputc('\n', stdout);
+	} else if (o.json) {
+		printf("{\"id\":\"%s\"}\n", id);
+	} else {
+		printf("%s\n", id);
+	}
+	return 0;
+}
+
+/* The sandbox id the user typed (a unique prefix too), made whole. */
+static int resolve(const struct sbx_settings *set, const char *typed, char out[SBX_ID_LEN + 1])
+{
+	struct al_error err = { 0 };
+	if (sbx_id_resolve(set, typed, out, &err) < 0)
+		return cli_fail("%s", al_error_message(&err));
 	return 0;
 }
 
@@ -469,20 +538,19 @@ static int do_exec(int argc, char **argv)
 		return r == CLI_HELP_SHOWN ? 0 : r;
 	if (oi >= argc)
 		return cli_fail("sandbox exec needs an id");
-	const char *id = argv[oi];
-	if (!sbx_id_valid(id))
-		return cli_fail("'%s' is not a sandbox id", id);
+	const char *typed = argv[oi];
 	/* "exec ID --env X=1 -- cmd": the options were meant for exec. A
 	 * command that starts with '-' comes after "--". */
 	if (oi + 1 < argc && argv[oi + 1][0] == '-' && strcmp(argv[oi + 1], "--") != 0)
 		return cli_fail("options go before the sandbox id: airlock sandbox exec [OPTIONS] "
 				"%s -- CMD (found '%s' after the id)",
-				id, argv[oi + 1]);
+				typed, argv[oi + 1]);
 	char **cmd = command_argv(argc, argv, oi, 1);
 	if (!cmd)
 		return cli_fail("sandbox exec needs a command after --");
 	struct sbx_settings set;
-	if (settings(&set))
+	char id[SBX_ID_LEN + 1];
+	if (settings(&set) || resolve(&set, typed, id))
 		return EXIT_AIRLOCK_ERROR;
 	struct sbx_result res;
 	struct al_error err = { 0 };
@@ -491,38 +559,97 @@ static int do_exec(int argc, char **argv)
 	return report(&res);
 }
 
+struct list_out {
+	bool json;
+	size_t n;
+};
+
 static int print_info(const struct sbx_info *info, void *ud)
 {
-	bool *header = ud;
-	if (!*header) {
-		printf("%-16s  %-8s  %-20s  %-10s  %-6s  %s\n", "ID", "STATE", "CREATED", "IMAGE",
-		       "OOM", "WORKSPACE");
-		*header = true;
+	struct list_out *lo = ud;
+	if (lo->json) {
+		fputs(lo->n++ ? "," : "[", stdout);
+		json_info(info);
+		return 0;
 	}
+	if (lo->n++ == 0)
+		printf("%-16s  %-6s  %-7s  %-20s  %-10s  %-10s  %-4s  %s\n", "ID", "KIND", "STATE",
+		       "CREATED", "NETWORK", "IMAGE", "OOM", "WORKSPACE");
 	char when[32];
-	struct tm tm;
-	time_t t = (time_t)info->created;
-	gmtime_r(&t, &tm);
-	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-	/* The home, when there is one, after its workspace (whose owner it has). */
-	printf("%-16s  %-8s  %-20s  %-10s  %-6" PRIu64 "  %s%s%s%s\n", info->id,
-	       info->running ? "running" : "dead", when, info->image, info->oom_kills,
+	when_utc(info->created, when);
+	/* The whole path, the home after its workspace (whose owner it has). */
+	printf("%-16s  %-6s  %-7s  %-20s  %-10s  %-10s  %-4" PRIu64 "  %s%s%s%s\n", info->id,
+	       info->ephemeral ? "run" : "create", state_name(info), when,
+	       info->network[0] ? info->network : "?", info->image, info->oom_kills,
 	       info->workspace[0] ? info->workspace : "(fresh)", info->home[0] ? " (home " : "",
 	       info->home, info->home[0] ? ")" : "");
 	return 0;
 }
 
+/* --json, alone, or nothing. */
+static int json_flag(int argc, char **argv, int first, const char *usage, bool *json)
+{
+	*json = false;
+	for (int i = first; i < argc; i++) {
+		if (strcmp(argv[i], "--json") != 0 || *json)
+			return cli_fail("usage: %s", usage);
+		*json = true;
+	}
+	return 0;
+}
+
 static int do_list(int argc, char **argv)
 {
-	if (argc > 1)
-		return cli_fail("sandbox list takes no arguments");
+	struct list_out lo = { 0 };
+	if (json_flag(argc, argv, 1, "airlock sandbox list [--json]", &lo.json))
+		return EXIT_AIRLOCK_ERROR;
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
-	bool header = false;
 	struct al_error err = { 0 };
-	if (sbx_list(&set, print_info, &header, &err) < 0)
+	if (sbx_list(&set, print_info, &lo, &err) < 0)
 		return cli_fail("%s", al_error_message(&err));
+	if (lo.json)
+		fputs(lo.n ? "]\n" : "[]\n", stdout);
+	else if (lo.n == 0)
+		printf("no sandboxes in %s\n", set.state_dir);
+	return 0;
+}
+
+static int do_inspect(int argc, char **argv)
+{
+	bool json;
+	if (argc < 2 || json_flag(argc, argv, 2, "airlock sandbox inspect ID [--json]", &json))
+		return argc < 2 ? cli_fail("usage: airlock sandbox inspect ID [--json]") :
+				  EXIT_AIRLOCK_ERROR;
+	struct sbx_settings set;
+	char id[SBX_ID_LEN + 1];
+	if (settings(&set) || resolve(&set, argv[1], id))
+		return EXIT_AIRLOCK_ERROR;
+	struct sbx_info info;
+	struct al_error err = { 0 };
+	if (sbx_inspect(&set, id, &info, &err) < 0)
+		return cli_fail("%s", al_error_message(&err));
+	if (json) {
+		json_info(&info);
+		fputc('\n', stdout);
+		return 0;
+	}
+	char when[32];
+	when_utc(info.created, when);
+	printf("id:         %s\nkind:       %s\nstate:      %s\ncreated:    %s\n"
+	       "network:    %s\nimage:      %s\nworkspace:  %s\nhome:       %s\n",
+	       info.id, info.ephemeral ? "run (gone with its command)" : "create",
+	       state_name(&info), when, info.network[0] ? info.network : "?", info.image,
+	       info.workspace[0] ? info.workspace : "(fresh)", info.home[0] ? info.home : "(none)");
+	if (info.memory_bytes)
+		printf("memory:     %" PRIu64 " bytes\n", info.memory_bytes);
+	else
+		printf("memory:     no limit\n");
+	printf("oom kills:  %" PRIu64 "\nuids:       %" PRIu32 "-%" PRIu32
+	       " (root inside is %" PRIu32 ")\ncgroup:     %s (v%d)\n",
+	       info.oom_kills, info.uid_first, info.uid_last, info.uid_first, info.cgroup,
+	       info.cgroup_v2 ? 2 : 1);
 	return 0;
 }
 
@@ -530,18 +657,27 @@ static int do_destroy(int argc, char **argv)
 {
 	if (argc < 2)
 		return cli_fail("usage: airlock sandbox destroy ID...");
-	for (int i = 1; i < argc; i++)
-		if (!sbx_id_valid(argv[i]))
-			return cli_fail("'%s' is not a sandbox id (nothing was destroyed)",
-					argv[i]);
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
+	_cleanup_free_ char(*ids)[SBX_ID_LEN + 1] = calloc((size_t)argc, sizeof(*ids));
+	if (!ids)
+		return cli_fail("out of memory");
+	for (int i = 1; i < argc; i++) {
+		struct al_error err = { 0 };
+		int r = sbx_id_resolve(&set, argv[i], ids[i], &err);
+		if (r == -EINVAL)
+			return cli_fail("%s (nothing was destroyed)", al_error_message(&err));
+		if (r < 0)
+			ids[i][0] = '\0'; /* said below, in its turn */
+	}
 	/* Each one, whatever became of the others. */
 	int rc = 0;
 	for (int i = 1; i < argc; i++) {
 		struct al_error err = { 0 };
-		if (sbx_destroy(&set, argv[i], &err) < 0)
+		if (!ids[i][0])
+			rc = cli_fail("no sandbox with id %s", argv[i]);
+		else if (sbx_destroy(&set, ids[i], &err) < 0)
 			rc = cli_fail("%s", al_error_message(&err));
 	}
 	return rc;
@@ -552,11 +688,9 @@ static int do_audit(int argc, char **argv)
 {
 	if (argc != 2)
 		return cli_fail("usage: airlock sandbox audit ID");
-	const char *id = argv[1];
-	if (!sbx_id_valid(id))
-		return cli_fail("'%s' is not a sandbox id", id);
 	struct sbx_settings set;
-	if (settings(&set))
+	char id[SBX_ID_LEN + 1];
+	if (settings(&set) || resolve(&set, argv[1], id))
 		return EXIT_AIRLOCK_ERROR;
 	char path[4096];
 	if (snprintf(path, sizeof(path), "%s/%s", set.state_dir, id) >= (int)sizeof(path))
@@ -607,11 +741,9 @@ static int do_policy(int argc, char **argv)
 {
 	if (argc != 3)
 		return cli_fail("usage: airlock sandbox policy ID FILE");
-	const char *id = argv[1];
-	if (!sbx_id_valid(id))
-		return cli_fail("'%s' is not a sandbox id", id);
 	struct sbx_settings set;
-	if (settings(&set))
+	char id[SBX_ID_LEN + 1];
+	if (settings(&set) || resolve(&set, argv[1], id))
 		return EXIT_AIRLOCK_ERROR;
 	char sock[4096];
 	if (gateway_sock(&set, id, sock, sizeof(sock)) < 0)
@@ -645,30 +777,37 @@ static int do_budget(int argc, char **argv)
 {
 	static const char usage[] =
 		"usage: airlock sandbox budget ID [--requests N] [--bytes SIZE]";
-	if (argc < 2 || argc % 2 != 0)
+	if (argc < 2)
 		return cli_fail("%s", usage);
-	const char *id = argv[1];
-	if (!sbx_id_valid(id))
-		return cli_fail("'%s' is not a sandbox id", id);
 	uint64_t max_requests = 0, max_bytes = 0;
 	bool seen_requests = false, seen_bytes = false;
-	for (int i = 2; i < argc; i += 2) {
-		if (strcmp(argv[i], "--requests") == 0 && !seen_requests) {
+	for (int i = 2; i < argc; i++) {
+		/* --requests N or --requests=N; the same for --bytes. */
+		const char *a = argv[i], *v = NULL;
+		bool req = strncmp(a, "--requests", 10) == 0 && (a[10] == '=' || !a[10]);
+		bool byt = strncmp(a, "--bytes", 7) == 0 && (a[7] == '=' || !a[7]);
+		if (req || byt) {
+			const char *eq = strchr(a, '=');
+			v = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+			if (!v)
+				return cli_fail("option %s needs a value", a);
+		}
+		if (req && !seen_requests) {
 			seen_requests = true;
-			if (parse_u64(argv[i + 1], &max_requests) < 0)
-				return cli_fail("--requests: '%s' is not a number", argv[i + 1]);
-		} else if (strcmp(argv[i], "--bytes") == 0 && !seen_bytes) {
+			if (parse_u64(v, &max_requests) < 0)
+				return cli_fail("--requests: '%s' is not a number", v);
+		} else if (byt && !seen_bytes) {
 			seen_bytes = true;
-			if (parse_size(argv[i + 1], &max_bytes) < 0)
+			if (parse_size(v, &max_bytes) < 0)
 				return cli_fail(
-					"--bytes: '%s' is not a size (1048576, 512K, 10M ...)",
-					argv[i + 1]);
+					"--bytes: '%s' is not a size (1048576, 512K, 10M ...)", v);
 		} else {
 			return cli_fail("%s", usage);
 		}
 	}
 	struct sbx_settings set;
-	if (settings(&set))
+	char id[SBX_ID_LEN + 1];
+	if (settings(&set) || resolve(&set, argv[1], id))
 		return EXIT_AIRLOCK_ERROR;
 	char sock[4096];
 	if (gateway_sock(&set, id, sock, sizeof(sock)) < 0)
@@ -712,8 +851,8 @@ int cmd_sandbox(int argc, char **argv)
 	}
 	const char *sub = argv[1];
 	/* The commands without options of their own have --help too. */
-	static const char *const plain[] = { "list",   "destroy", "gc", "audit",
-					     "policy", "budget",  NULL };
+	static const char *const plain[] = { "list",  "inspect", "destroy", "gc",
+					     "audit", "policy",	 "budget",  NULL };
 	for (size_t i = 0; plain[i]; i++)
 		if (strcmp(sub, plain[i]) == 0 && argc > 2 &&
 		    (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
@@ -728,6 +867,8 @@ int cmd_sandbox(int argc, char **argv)
 		return do_exec(argc - 1, argv + 1);
 	if (strcmp(sub, "list") == 0)
 		return do_list(argc - 1, argv + 1);
+	if (strcmp(sub, "inspect") == 0)
+		return do_inspect(argc - 1, argv + 1);
 	if (strcmp(sub, "destroy") == 0)
 		return do_destroy(argc - 1, argv + 1);
 	if (strcmp(sub, "gc") == 0)

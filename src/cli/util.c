@@ -18,6 +18,43 @@
 
 extern char **environ;
 
+/* The length of the UTF-8 sequence at p (1..4), or 0 when it is none. */
+static size_t utf8_seq(const unsigned char *p)
+{
+	size_t n = p[0] < 0x80		 ? 1 :
+		   (p[0] & 0xe0) == 0xc0 ? 2 :
+		   (p[0] & 0xf0) == 0xe0 ? 3 :
+		   (p[0] & 0xf8) == 0xf0 ? 4 :
+					   0;
+	if (n == 0 || (n == 2 && p[0] < 0xc2) || (n == 4 && p[0] > 0xf4))
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	/* no overlong three- or four-byte forms, no surrogates */
+	if (n == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0)))
+		return 0;
+	if (n == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90)))
+		return 0;
+	return n;
+}
+
+void cli_json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		size_t n = utf8_seq(p);
+		if (*p == '"' || *p == '\\')
+			fprintf(f, "\\%c", *p);
+		else if (*p < 0x20 || *p == 0x7f || n == 0)
+			fprintf(f, "\\u%04x", *p);
+		else
+			fwrite(p, 1, n, f);
+		p += n ? n : 1;
+	}
+	fputc('"', f);
+}
+
 int cli_fail(const char *fmt, ...)
 {
 	va_list ap;

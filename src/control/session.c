@@ -1138,26 +1138,12 @@ static int lower_adopt(struct ctl_ctx *c, const char *tenant, const char *ckpt, 
 
 /* ---- sandboxes ---- */
 
-struct find_sandbox {
-	const char *id;
-	bool running;
-};
-
-static int find_sandbox_fn(const struct sbx_info *info, void *ud)
-{
-	struct find_sandbox *f = ud;
-	if (strcmp(info->id, f->id) == 0)
-		f->running = info->running;
-	return 0;
-}
-
 /* Whether the sandbox still runs. */
 static bool sandbox_alive(const struct ctl_ctx *c, const char *id)
 {
 	struct al_error e = { 0 };
-	struct find_sandbox f = { id, false };
-	int r = sbx_list(&c->set, find_sandbox_fn, &f, &e);
-	return r >= 0 && f.running;
+	struct sbx_info info;
+	return sbx_inspect(&c->set, id, &info, &e) == 0 && info.running && !info.ephemeral;
 }
 
 /*

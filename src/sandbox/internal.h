@@ -48,6 +48,7 @@ struct sbx_state {
 	char etc_gen[SBX_ID_LEN + 1]; /* the /etc view in use; "" for images */
 	bool ephemeral;
 	uint64_t memory_bytes;
+	char network[16]; /* "" in the state of an earlier version */
 };
 
 /* state.c */

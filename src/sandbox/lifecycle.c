@@ -16,6 +16,9 @@
 #include "common/cleanup.h"
 #include "common/fdutil.h"
 
+/* A destroyed sandbox's directory, renamed before its removal. */
+#define GONE_PREFIX ".gone-"
+
 static int destroy_locked(const struct sbx_settings *set, const char *id, struct sbx_state *st,
 			  bool have_state, struct al_error *err)
 {
@@ -54,9 +57,22 @@ static int destroy_locked(const struct sbx_settings *set, const char *id, struct
 			return al_error_set_errno(err, r, "cannot remove the cgroups of sandbox %s",
 						  id);
 	}
-	r = sbx_rm_rf(p.dir);
+	/* Out of every other process's way first: one that opens the
+	 * sandbox's lock file (and so creates it again) while the directory
+	 * is removed finds nothing, instead of leaving it not empty. A crash
+	 * from here on leaves a ".gone-" directory for gc. */
+	char rand[SBX_ID_LEN + 1], gone[SBX_PATH_MAX];
+	r = sbx_new_id(rand);
 	if (r < 0)
-		return al_error_set_errno(err, r, "cannot remove %s", p.dir);
+		return al_error_set_errno(err, r, "cannot make a name");
+	if (snprintf(gone, sizeof(gone), "%s/" GONE_PREFIX "%s-%s", set->state_dir, id, rand) >=
+	    (int)sizeof(gone))
+		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
+	if (rename(p.dir, gone) < 0 && errno != ENOENT)
+		return al_error_set_errno(err, -errno, "cannot move %s out of the way", p.dir);
+	r = sbx_rm_rf(gone);
+	if (r < 0)
+		return al_error_set_errno(err, r, "cannot remove %s", gone);
 	if (have_state)
 		sbx_release_slot(set, st->slot, id);
 	return 0;
@@ -73,6 +89,32 @@ int sbx_destroy(const struct sbx_settings *set, const char *id, struct al_error 
 	if (lock < 0)
 		return al_error_set_errno(err, lock, "cannot lock sandbox %s", id);
 	return destroy_locked(set, id, &st, true, err);
+}
+
+static void info_from_state(const struct sbx_settings *set, const struct sbx_state *st,
+			    struct sbx_info *info)
+{
+	*info = (struct sbx_info){ .created = st->created,
+				   .ephemeral = st->ephemeral,
+				   .memory_bytes = st->memory_bytes,
+				   .uid_first = st->uid,
+				   .uid_last = st->uid + SBX_RANGE - 1,
+				   .cgroup_v2 = st->cg.v2 };
+	memcpy(info->id, st->id, sizeof(info->id));
+	snprintf(info->image, sizeof(info->image), "%s", st->image);
+	snprintf(info->workspace, sizeof(info->workspace), "%s", st->workspace);
+	snprintf(info->home, sizeof(info->home), "%s", st->home);
+	snprintf(info->network, sizeof(info->network), "%s", st->network);
+	for (int i = 0; i < SBX_CGROUP_CONTROLLERS; i++)
+		if (st->cg.present[i]) {
+			snprintf(info->cgroup, sizeof(info->cgroup), "%s", st->cg.path[i]);
+			break;
+		}
+	int pidfd = sbx_state_pidfd(st);
+	info->running = pidfd >= 0;
+	safe_close(pidfd);
+	info->oom_kills = sbx_cgroup_oom_kills(&st->cg);
+	(void)set;
 }
 
 int sbx_list(const struct sbx_settings *set, int (*fn)(const struct sbx_info *info, void *userdata),
@@ -93,23 +135,66 @@ int sbx_list(const struct sbx_settings *set, int (*fn)(const struct sbx_info *in
 		struct al_error ignore = { 0 };
 		if (sbx_state_read(set, de->d_name, &st, &ignore) < 0)
 			continue; /* being created, or debris for gc */
-		if (st.ephemeral)
-			continue;
-		struct sbx_info info = { .created = st.created };
-		memcpy(info.id, st.id, sizeof(info.id));
-		snprintf(info.image, sizeof(info.image), "%s", st.image);
-		snprintf(info.workspace, sizeof(info.workspace), "%s", st.workspace);
-		snprintf(info.home, sizeof(info.home), "%s", st.home);
-		int pidfd = sbx_state_pidfd(&st);
-		info.running = pidfd >= 0;
-		safe_close(pidfd);
-		info.oom_kills = sbx_cgroup_oom_kills(&st.cg);
+		struct sbx_info info;
+		info_from_state(set, &st, &info);
 		r = fn(&info, userdata);
 		if (r < 0)
 			break;
 	}
 	closedir(d);
 	return r;
+}
+
+int sbx_inspect(const struct sbx_settings *set, const char *id, struct sbx_info *ret,
+		struct al_error *err)
+{
+	struct sbx_state st;
+	int r = sbx_state_read(set, id, &st, err);
+	if (r == -ENOENT) {
+		al_error_clear(err);
+		return al_error_set(err, -ENOENT, "no sandbox with id %s", id);
+	}
+	if (r < 0)
+		return r;
+	info_from_state(set, &st, ret);
+	return 0;
+}
+
+int sbx_id_resolve(const struct sbx_settings *set, const char *typed, char out[SBX_ID_LEN + 1],
+		   struct al_error *err)
+{
+	size_t len = strlen(typed);
+	bool hex = len >= 4 && len <= SBX_ID_LEN;
+	for (size_t i = 0; hex && i < len; i++)
+		hex = (typed[i] >= '0' && typed[i] <= '9') || (typed[i] >= 'a' && typed[i] <= 'f');
+	if (!hex)
+		return al_error_set(err, -EINVAL,
+				    "'%.80s' is not a sandbox id (16 hex digits, or at least the "
+				    "first 4 of them)",
+				    typed);
+	if (len == SBX_ID_LEN) {
+		memcpy(out, typed, SBX_ID_LEN + 1);
+		return 0;
+	}
+	DIR *d = opendir(set->state_dir);
+	if (!d && errno != ENOENT)
+		return al_error_set_errno(err, -errno, "cannot open %s", set->state_dir);
+	size_t found = 0;
+	struct dirent *de;
+	while (d && (de = readdir(d)))
+		if (sbx_id_valid(de->d_name) && strncmp(de->d_name, typed, len) == 0 &&
+		    found++ == 0)
+			memcpy(out, de->d_name, SBX_ID_LEN + 1);
+	if (d)
+		closedir(d);
+	if (found == 0)
+		return al_error_set(err, -ENOENT, "no sandbox with id %s...", typed);
+	if (found > 1)
+		return al_error_set(err, -EINVAL,
+				    "%s... is more than one sandbox (%zu start with it): give more "
+				    "of the id",
+				    typed, found);
+	return 0;
 }
 
 static bool id_has_live_dir(const char *id, void *ud)
@@ -157,6 +242,15 @@ int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_erro
 	if (d) {
 		struct dirent *de;
 		while ((de = readdir(d))) {
+			/* What a destroy had moved out of the way when it stopped. */
+			if (strncmp(de->d_name, GONE_PREFIX, strlen(GONE_PREFIX)) == 0) {
+				char path[SBX_PATH_MAX];
+				if (snprintf(path, sizeof(path), "%s/%s", set->state_dir,
+					     de->d_name) < (int)sizeof(path) &&
+				    sbx_rm_rf(path) == 0)
+					removed++;
+				continue;
+			}
 			if (!sbx_id_valid(de->d_name))
 				continue;
 			struct sbx_paths p;

@@ -178,16 +178,30 @@ int sbx_destroy(const struct sbx_settings *set, const char *id, struct al_error 
 struct sbx_info {
 	char id[SBX_ID_LEN + 1];
 	bool running;
+	bool ephemeral;	 /* a `run`'s: gone with its command */
 	int64_t created; /* unix seconds */
 	char image[256];
 	char workspace[512];
-	char home[512];	    /* "" when none */
-	uint64_t oom_kills; /* by the memory limit, over the sandbox's life so far */
+	char home[512];		      /* "" when none */
+	char network[16];	      /* none, restricted, open; "" when not recorded */
+	uint64_t oom_kills;	      /* by the memory limit, over the sandbox's life so far */
+	uint64_t memory_bytes;	      /* its limit; 0: none */
+	uint32_t uid_first, uid_last; /* its host uids */
+	bool cgroup_v2;
+	char cgroup[4096]; /* its cgroup (v1: the memory controller's) */
 };
 
-/* Calls fn for every sandbox in the state directory. */
+/* Calls fn for every sandbox in the state directory, `run`s included. */
 int sbx_list(const struct sbx_settings *set, int (*fn)(const struct sbx_info *info, void *userdata),
 	     void *userdata, struct al_error *err);
+/* What sbx_list says of one sandbox; -ENOENT when there is none. */
+int sbx_inspect(const struct sbx_settings *set, const char *id, struct sbx_info *ret,
+		struct al_error *err);
+/* The sandbox id a user typed: 16 hex digits, or a unique prefix of at
+ * least 4; -ENOENT when none matches, -EINVAL when it is no id or
+ * matches several. */
+int sbx_id_resolve(const struct sbx_settings *set, const char *typed, char out[SBX_ID_LEN + 1],
+		   struct al_error *err);
 
 /* Removes what crashed or killed sandboxes left behind; reports the count. */
 int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_error *err);

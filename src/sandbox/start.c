@@ -267,6 +267,10 @@ static int plan_sandbox(const struct sbx_settings *set, const struct sbx_spec *s
 				   "");
 	if (spec->home)
 		snprintf(sb->state.home, sizeof(sb->state.home), "%s", spec->home);
+	snprintf(sb->state.network, sizeof(sb->state.network), "%s",
+		 spec->network == SBX_NETWORK_NONE	 ? "none" :
+		 spec->network == SBX_NETWORK_RESTRICTED ? "restricted" :
+							   "open");
 
 	/* Held (shared) until the sandbox has mounted it: see etcview.c. */
 	if (!spec->image || strcmp(spec->image, "host") == 0) {

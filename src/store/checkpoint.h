@@ -158,6 +158,20 @@ int st_restore_with(struct st_repo *r, const char *id, const char *dir,
 int st_manifest_load(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,
 		     struct st_manifest **ret, struct al_error *err);
 
+/*
+ * The checkpoint id a user typed: 64 hex digits as they are, or a unique
+ * prefix of at least 4 of them (the tenant's manifests are listed); -ENOENT
+ * when none matches, -EINVAL when it is no id or matches several.
+ */
+int st_checkpoint_resolve(struct st_repo *r, const char *typed, char out[ST_ID_HEX + 1],
+			  struct al_error *err);
+
+/* The checkpoints of a session, oldest first: fn gets each one's id and
+ * when it was committed (unix ns); fn returning < 0 stops with that. */
+int st_session_log(struct st_repo *r, const char *session,
+		   int (*fn)(const char *id, int64_t when_ns, void *ud), void *ud,
+		   struct al_error *err);
+
 /* The latest checkpoint of a session ("" when none). */
 int st_session_latest(struct st_repo *r, const char *session, char out[ST_ID_HEX + 1],
 		      struct al_error *err);

@@ -294,6 +294,131 @@ int st_session_latest(struct st_repo *r, const char *session, char out[ST_ID_HEX
 	return 0;
 }
 
+/* ---- ids as typed, a session's log ---- */
+
+struct prefix_ctx {
+	const char *prefix;
+	size_t len, prefix_len, found;
+	char id[ST_ID_HEX + 1];
+};
+
+static int on_manifest(const char *key, void *ud)
+{
+	struct prefix_ctx *p = ud;
+	const char *name = key + p->prefix_len;
+	if (strlen(name) == ST_ID_HEX && strncmp(name, p->prefix, p->len) == 0 &&
+	    st_id_valid(name) && p->found++ == 0)
+		memcpy(p->id, name, ST_ID_HEX + 1);
+	return 0;
+}
+
+int st_checkpoint_resolve(struct st_repo *r, const char *typed, char out[ST_ID_HEX + 1],
+			  struct al_error *err)
+{
+	size_t len = strlen(typed);
+	bool hex = len > 0 && len <= ST_ID_HEX;
+	for (size_t i = 0; hex && i < len; i++)
+		hex = (typed[i] >= '0' && typed[i] <= '9') || (typed[i] >= 'a' && typed[i] <= 'f');
+	if (!hex || len < 4)
+		return al_error_set(err, -EINVAL,
+				    "'%.80s' is not a checkpoint id (64 hex digits, or at least "
+				    "the first 4 of them)",
+				    typed);
+	if (len == ST_ID_HEX) {
+		memcpy(out, typed, ST_ID_HEX + 1);
+		return 0;
+	}
+	char prefix[ST_KEY_MAX + 1];
+	if (st_repo_key(prefix, sizeof(prefix), r, "manifests/") < 0)
+		return al_error_set(err, -ENAMETOOLONG, "key too long");
+	struct prefix_ctx p = { .prefix = typed, .len = len, .prefix_len = strlen(prefix) };
+	int rc = st_obj_list(r->os, prefix, on_manifest, &p, err);
+	if (rc == -ENOENT) {
+		al_error_clear(err);
+		rc = 0;
+	}
+	if (rc < 0)
+		return rc;
+	if (p.found == 0)
+		return al_error_set(err, -ENOENT, "no checkpoint %s... in tenant %s", typed,
+				    r->tenant);
+	if (p.found > 1)
+		return al_error_set(err, -EINVAL,
+				    "%s... is more than one checkpoint (%zu start with it): give "
+				    "more of the id",
+				    typed, p.found);
+	memcpy(out, p.id, ST_ID_HEX + 1);
+	return 0;
+}
+
+struct log_entry {
+	int64_t when;
+	char id[ST_ID_HEX + 1];
+};
+
+struct log_ctx {
+	struct log_entry *e;
+	size_t n, cap, prefix_len;
+};
+
+static int on_log_key(const char *key, void *ud)
+{
+	struct log_ctx *l = ud;
+	const char *name = key + l->prefix_len;
+	/* "<20 digits of unix ns>-<id>"; anything else is not a log entry. */
+	if (strlen(name) != 20 + 1 + ST_ID_HEX || name[20] != '-' || !st_id_valid(name + 21))
+		return 0;
+	char digits[21];
+	memcpy(digits, name, 20);
+	digits[20] = '\0';
+	uint64_t when;
+	if (parse_u64(digits, &when) < 0 || when > INT64_MAX)
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 32;
+		struct log_entry *e = realloc(l->e, cap * sizeof(*e));
+		if (!e)
+			return -ENOMEM;
+		l->e = e;
+		l->cap = cap;
+	}
+	l->e[l->n].when = (int64_t)when;
+	memcpy(l->e[l->n].id, name + 21, ST_ID_HEX + 1);
+	l->n++;
+	return 0;
+}
+
+static int log_cmp(const void *a, const void *b)
+{
+	const struct log_entry *x = a, *y = b;
+	return x->when < y->when ? -1 : x->when > y->when ? 1 : strcmp(x->id, y->id);
+}
+
+int st_session_log(struct st_repo *r, const char *session,
+		   int (*fn)(const char *id, int64_t when_ns, void *ud), void *ud,
+		   struct al_error *err)
+{
+	if (!st_session_valid(session))
+		return st_session_error(session, err);
+	char prefix[ST_KEY_MAX + 1];
+	if (st_repo_key(prefix, sizeof(prefix), r, "sessions/%s/log/", session) < 0)
+		return al_error_set(err, -ENAMETOOLONG, "key too long");
+	struct log_ctx l = { .prefix_len = strlen(prefix) };
+	int rc = st_obj_list(r->os, prefix, on_log_key, &l, err);
+	if (rc == -ENOENT) {
+		al_error_clear(err);
+		rc = 0;
+	}
+	if (rc == -ENOMEM)
+		rc = al_error_set(err, rc, "out of memory");
+	if (rc == 0 && l.n)
+		qsort(l.e, l.n, sizeof(*l.e), log_cmp);
+	for (size_t i = 0; rc == 0 && i < l.n; i++)
+		rc = fn(l.e[i].id, l.e[i].when, ud);
+	free(l.e);
+	return rc;
+}
+
 /* ---- manifests ---- */
 
 int st_manifest_load_raw(struct st_repo *r, const char *id, const struct st_manifest_limits *limits,

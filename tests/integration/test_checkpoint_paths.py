@@ -239,6 +239,9 @@ def test_restore_through_a_swapped_parent_is_refused(store, host):
     cid = seed(store, host)
     host.user_link("p", host.root)
     refused(store("restore", cid, "--to", os.path.join(host.home, "p", "out")))
+    # --force: replacing a tree of root's through the link is refused too.
+    for target in ("empty", "out"):
+        refused(store("restore", cid, "--to", os.path.join(host.home, "p", target), "--force"))
     # A link as the target itself, with and without a trailing slash.
     host.user_link("t", os.path.join(host.root, "empty"))
     for form in ("t", "t/", "t//"):

@@ -2,6 +2,7 @@
 """The command line as people use it: options and their errors, --help
 everywhere, values written in hex, the log level. Every message is checked
 word for word: they are what a user reads."""
+import json
 import os
 import re
 import select
@@ -104,7 +105,8 @@ def test_destroy_takes_several(airlock):
     assert airlock("sandbox", "list", check=True).stdout.decode().count("running") == 0
     p = airlock("sandbox", "destroy", "not-an-id")
     assert (p.returncode, err(p)) == (
-        125, "airlock: 'not-an-id' is not a sandbox id (nothing was destroyed)\n")
+        125, "airlock: 'not-an-id' is not a sandbox id (16 hex digits, or at least the first 4 "
+             "of them) (nothing was destroyed)\n")
 
 
 def test_a_rule_with_a_url_scheme_says_so(airlock, tmp_path):
@@ -170,3 +172,103 @@ def test_the_gateway_says_where_it_listens(airlock):
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=30)
+
+
+def test_sandbox_list_and_inspect(airlock, workspace):
+    p = airlock("sandbox", "list", check=True)
+    assert p.stdout.decode() == f"no sandboxes in {airlock.state_dir}\n"
+    assert airlock("sandbox", "list", "--json", check=True).stdout == b"[]\n"
+    made = json.loads(airlock("sandbox", "create", "--json", "--workspace", str(workspace),
+                              check=True).stdout)
+    sid = made["id"]
+    # a `run` in progress is listed too
+    run = subprocess.Popen([airlock.bin, "sandbox", "run", "--allow", "example.com", "--",
+                            "sleep", "30"], env=airlock.env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            rows = json.loads(airlock("sandbox", "list", "--json", check=True).stdout)
+            if len(rows) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        kinds = {r["id"]: r for r in rows}
+        assert len(kinds) == 2, rows
+        mine, other = kinds.pop(sid), list(kinds.values())[0]
+        assert (mine["kind"], mine["state"], mine["network"], mine["workspace"]) == (
+            "create", "running", "none", str(workspace))
+        assert (other["kind"], other["state"], other["network"]) == ("run", "running",
+                                                                      "restricted")
+        text = airlock("sandbox", "list", check=True).stdout.decode().splitlines()
+        assert text[0].split() == ["ID", "KIND", "STATE", "CREATED", "NETWORK", "IMAGE", "OOM",
+                                   "WORKSPACE"]
+        row = [l for l in text if l.startswith(sid)][0]
+        assert row.endswith("  " + str(workspace)) and " create " in row, row
+    finally:
+        run.send_signal(signal.SIGTERM)
+        run.wait(timeout=30)
+    try:
+        # inspect, by a unique prefix
+        p = airlock("sandbox", "inspect", sid[:6], check=True)
+        assert f"id:         {sid}\n" in p.stdout.decode()
+        assert f"workspace:  {workspace}\n" in p.stdout.decode()
+        info = json.loads(airlock("sandbox", "inspect", sid, "--json", check=True).stdout)
+        assert info == mine | {"oom_kills": info["oom_kills"]}
+        assert info["uids"][1] - info["uids"][0] == 65535
+        p = airlock("sandbox", "exec", sid[:5], "--", "true")
+        assert p.returncode == 0, p
+        p = airlock("sandbox", "inspect", "zz")
+        assert (p.returncode, err(p)) == (
+            125, "airlock: 'zz' is not a sandbox id (16 hex digits, or at least the first 4 of "
+                 "them)\n")
+        p = airlock("sandbox", "inspect", "0000000000000000")
+        assert (p.returncode, err(p)) == (125, "airlock: no sandbox with id 0000000000000000\n")
+    finally:
+        airlock("sandbox", "destroy", sid[:4], check=True)
+
+
+def test_checkpoint_ids_log_and_restore_in_place(airlock, tmp_path):
+    store, key = tmp_path / "store", tmp_path / "key"
+    ck = lambda *a, **kw: airlock("checkpoint", *a, "--store", str(store), "--key", str(key),
+                                  **kw)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a").write_text("one\n")
+    c1 = ck("create", "--workspace", str(ws), check=True).stdout.decode().strip()
+    (ws / "b").write_text("two\n")
+    c2 = ck("create", "--workspace", str(ws), check=True).stdout.decode().strip()
+    # the log, newest first; as JSON too
+    lines = ck("log", check=True).stdout.decode().splitlines()
+    assert [l.split()[0] for l in lines] == [c2, c1]
+    assert [e["id"] for e in json.loads(ck("log", "--json", check=True).stdout)] == [c2, c1]
+    assert ck("log", "--session", "nobody", check=True).stdout == b""
+    # unique prefixes
+    assert ck("diff", c1[:6], c2[:7], check=True).stdout == b"A b\n"
+    p = ck("ls", "00zz")
+    assert (p.returncode, err(p)) == (
+        125, "airlock: '00zz' is not a checkpoint id (64 hex digits, or at least the first 4 "
+             "of them)\n")
+    # restore in place: refused without --force; with it, one rename, the
+    # directory's mode and owner kept
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chmod(out, 0o751)
+    os.chown(out, 1000, 1000)
+    (out / "old").write_text("old\n")
+    p = ck("restore", c1[:8], "--to", str(out))
+    assert (p.returncode, err(p)) == (
+        125, f"airlock: {out} is not empty (--force: replace what it holds, as one rename once "
+             f"the restore is whole)\n")
+    ck("restore", c1[:8], "--to", str(out), "--force", check=True)
+    assert sorted(os.listdir(out)) == ["a"]
+    st = os.stat(out)
+    assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o751, 1000, 1000)
+    assert sorted(os.listdir(tmp_path)) == ["key", "out", "store", "ws"]
+    # a restore that fails leaves the old tree as it was, and nothing beside it
+    p = ck("restore", "0" * 64, "--to", str(out), "--force")
+    assert p.returncode == 125 and f"({out} is as it was)" in err(p), err(p)
+    assert sorted(os.listdir(out)) == ["a"]
+    assert sorted(os.listdir(tmp_path)) == ["key", "out", "store", "ws"]
+    ck("restore", c2, "--to", str(out), "--force", "--owner", "1000:1000", check=True)
+    assert sorted(os.listdir(out)) == ["a", "b"]
+    assert os.stat(out / "b").st_uid == 1000

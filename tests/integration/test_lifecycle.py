@@ -333,3 +333,19 @@ def test_workspace_group_root_is_refused(airlock, workspace):
     p = airlock.run("--workspace", str(workspace), "--", "touch", "/workspace/f")
     assert p.returncode == 125 and b"group root" in p.stderr
     assert not (workspace / "f").exists()
+
+
+def test_destroys_racing_each_other_leave_nothing(airlock):
+    """Several destroys of one sandbox at once (a cancel and the turn's own
+    clean-up do this): one removes it, the others find nothing, and no
+    state directory is left half-removed."""
+    for _ in range(10):
+        sid = airlock.sandbox("create", check=True).stdout.decode().strip()
+        procs = [subprocess.Popen([airlock.bin, "sandbox", "destroy", sid], env=airlock.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(4)]
+        results = [(p.wait(timeout=60), p.stderr.read().decode()) for p in procs]
+        assert sum(rc == 0 for rc, _ in results) >= 1, results
+        for rc, e in results:
+            assert rc == 0 or (rc == 125 and ("no sandbox" in e or "No such file" in e)), results
+        assert airlock.leftovers() == [], airlock.leftovers()

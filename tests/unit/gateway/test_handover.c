@@ -426,8 +426,11 @@ static void test_uid(void **state)
 	setenv("AIRLOCK_GATEWAY_UID", "1879048192", 1);
 	assert_int_equal(gw_uid_from_env(&uid, &err), 0);
 	assert_int_equal(uid, 0x70000000);
-	static const char *const bad[] = { "0",	   "4294967295", "99999999999", "-1",
-					   "0x10", "12a",	 " 5" };
+	setenv("AIRLOCK_GATEWAY_UID", "0x5ffffffe", 1);
+	assert_int_equal(gw_uid_from_env(&uid, &err), 0);
+	assert_int_equal(uid, 0x5ffffffe);
+	static const char *const bad[] = { "0",	 "4294967295", "99999999999", "-1",
+					   "0x", "0xzz",       "12a",	      " 5" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		setenv("AIRLOCK_GATEWAY_UID", bad[i], 1);
 		al_error_clear(&err);
