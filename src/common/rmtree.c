@@ -117,26 +117,5 @@ int rm_rf_at(int dirfd, const char *name)
 
 int rm_rf(const char *path)
 {
-	struct stat st;
-	if (lstat(path, &st) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (!S_ISDIR(st.st_mode))
-		return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
-	_cleanup_close_ int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = 0;
-	/* Each pass removes what it can reach; flattened subtrees need more. */
-	unsigned moved = 0;
-	for (int pass = 0; pass < 1 << 16; pass++) {
-		unsigned before = moved;
-		r = rm_children(fd, fd, 0, &moved);
-		if (moved == before)
-			break;
-	}
-	if (r < 0)
-		return r;
-	if (rmdir(path) < 0 && errno != ENOENT)
-		return -errno;
-	return 0;
+	return rm_rf_at(AT_FDCWD, path);
 }

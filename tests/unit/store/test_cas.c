@@ -346,6 +346,19 @@ static void mx_all_there(struct st_cas *c, int from, int to)
 	}
 }
 
+/* A load reads `read` index objects, writes a merged index or not, and
+ * (from >= 0) finds every chunk from `from` on. */
+static void mx_expect(struct st_objstore *os, uint64_t read, uint64_t written, int from)
+{
+	struct st_cas_stats st;
+	struct st_cas *c = mx_load(os, &st);
+	assert_int_equal(st.indexes_read, read);
+	assert_int_equal(st.midx_written, written);
+	if (from >= 0)
+		mx_all_there(c, from, mx_n);
+	st_cas_close(c);
+}
+
 static void midx_path(char *path, size_t size)
 {
 	snprintf(path, size, "%s/tenants/t/midx/chunks", root);
@@ -366,10 +379,7 @@ static void test_merged_index(void **state)
 
 	/* Eight: the load that read them all writes it; the next reads none. */
 	mx_add_packs(os, 5);
-	c = mx_load(os, &st);
-	assert_int_equal(st.indexes_read, 8);
-	assert_int_equal(st.midx_written, 1);
-	st_cas_close(c);
+	mx_expect(os, 8, 1, -1);
 	c = mx_load(os, &st);
 	assert_int_equal(st.indexes_read, 0);
 	assert_int_equal(st.midx_chunks, mx_n);
@@ -386,17 +396,10 @@ static void test_merged_index(void **state)
 
 	/* Packs written since are read as before, up to 16 of them... */
 	mx_add_packs(os, 16);
-	c = mx_load(os, &st);
-	assert_int_equal(st.indexes_read, 16);
-	assert_int_equal(st.midx_written, 0);
-	mx_all_there(c, 0, mx_n);
-	st_cas_close(c);
+	mx_expect(os, 16, 0, 0);
 	/* ...then the merged index takes them in. */
 	mx_add_packs(os, 1);
-	c = mx_load(os, &st);
-	assert_int_equal(st.indexes_read, 17);
-	assert_int_equal(st.midx_written, 1);
-	st_cas_close(c);
+	mx_expect(os, 17, 1, -1);
 	c = mx_load(os, &st);
 	assert_int_equal(st.indexes_read, 0);
 	assert_int_equal(st.midx_chunks, mx_n);
@@ -484,10 +487,7 @@ static void test_merged_index(void **state)
 	 * the read finds the chunk through the index objects all the same,
 	 * and the merged index is dropped (the next load writes it anew). */
 	unlink(path);
-	c = mx_load(os, &st);
-	assert_int_equal(st.indexes_read, 26);
-	assert_int_equal(st.midx_written, 1);
-	st_cas_close(c);
+	mx_expect(os, 26, 1, -1);
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
 	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
@@ -511,26 +511,15 @@ static void test_merged_index(void **state)
 	get_is(c, &mx_ids[victim], &mx_v[victim], sizeof(mx_v[victim]));
 	st_cas_close(c);
 	assert_int_equal(access(path, F_OK), -1);
-	c = mx_load(os, &st);
-	assert_int_equal(st.indexes_read, 26);
-	assert_int_equal(st.midx_written, 1);
-	mx_all_there(c, MX_PER, mx_n);
-	st_cas_close(c);
+	mx_expect(os, 26, 1, MX_PER);
 
 	/* Damage is never merged into a new one: with more than 16 packs
 	 * outside it, the load drops it instead of writing from it. */
 	flip_byte(path, rec0 + 5);
 	mx_add_packs(os, 17);
-	c = mx_load(os, &st);
-	assert_int_equal(st.indexes_read, 17);
-	assert_int_equal(st.midx_written, 0);
-	st_cas_close(c);
+	mx_expect(os, 17, 0, -1);
 	assert_int_equal(access(path, F_OK), -1);
-	c = mx_load(os, &st);
-	assert_int_equal(st.indexes_read, 43);
-	assert_int_equal(st.midx_written, 1);
-	mx_all_there(c, MX_PER, mx_n);
-	st_cas_close(c);
+	mx_expect(os, 43, 1, MX_PER);
 
 	/* A load that fails (an index object is damaged) leaves nothing
 	 * half-read: the next one, once the object is whole again, reads
