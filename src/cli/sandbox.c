@@ -5,6 +5,8 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 
 #include "cli/cli.h"
 #include "common/cleanup.h"
+#include "common/denial.h"
 #include "common/error.h"
 #include "common/fdutil.h"
 #include "common/log.h"
@@ -378,6 +381,146 @@ static int report(const struct sbx_result *res)
 	return EXIT_AIRLOCK_ERROR;
 }
 
+/* ---- what the gateway refused, where the user looks ---- */
+
+/* The string or number after ,"key": (or {"key":) in one audit line of
+ * the gateway's own (compact JSON), unescaped into out with every control
+ * byte and anything not ASCII as '?'; false when it is not there. */
+static bool audit_field(const char *line, const char *key, char *out, size_t size)
+{
+	char pat[40];
+	const char *p = NULL;
+	for (int lead = 0; lead < 2 && !p; lead++) {
+		snprintf(pat, sizeof(pat), "%c\"%s\":", lead ? '{' : ',', key);
+		p = strstr(line, pat);
+	}
+	if (!p || size == 0)
+		return false;
+	p += strlen(pat);
+	size_t n = 0;
+	if (*p != '"') {
+		while ((*p >= '0' && *p <= '9') && n + 1 < size)
+			out[n++] = *p++;
+		out[n] = '\0';
+		return n > 0;
+	}
+	for (p++; *p && *p != '"' && n + 1 < size; p++) {
+		char ch = *p;
+		if (ch == '\\') {
+			p++;
+			ch = *p == 'n' || *p == 't' || *p == 'r' || *p == 'b' || *p == 'f' ? '?' :
+			     *p == 'u'							   ? '?' :
+											     *p;
+			if (*p == 'u')
+				for (int k = 0; k < 4 && p[1]; k++)
+					p++;
+			if (!ch)
+				break;
+		}
+		out[n++] = (unsigned char)ch < 0x20 || (unsigned char)ch >= 0x7f ? '?' : ch;
+	}
+	out[n] = '\0';
+	return *p == '"';
+}
+
+struct denial {
+	char host[256], reason[256];
+	unsigned port;
+	uint64_t count;
+};
+
+/*
+ * After a command: what the gateway refused it (the audit lines from off
+ * on, fd read with pread), one line per host, port and reason, with what
+ * would allow it. The audit log has it all; this is where people look.
+ * exact: the gateway is gone and has written every count (a `run`); a
+ * persistent sandbox's gateway writes a repeat's count up to 10 s later,
+ * so after an exec the counts are left out.
+ */
+static void report_denials(int fd, off_t off, bool exact)
+{
+	enum { MAX_KINDS = 32, MAX_READ = 16 << 20 };
+	struct denial d[MAX_KINDS];
+	size_t nd = 0;
+	uint64_t total = 0, other = 0;
+	_cleanup_free_ char *buf = malloc(65536 + 1);
+	if (!buf)
+		return;
+	size_t have = 0;
+	for (off_t done = 0; done < MAX_READ;) {
+		ssize_t k = pread(fd, buf + have, 65536 - have, off + done);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		done += k;
+		have += (size_t)k;
+		buf[have] = '\0';
+		char *line = buf, *nl;
+		while ((nl = memchr(line, '\n', have - (size_t)(line - buf)))) {
+			*nl = '\0';
+			char dec[16], num[24], host[256], reason[256];
+			if (audit_field(line, "decision", dec, sizeof(dec)) &&
+			    strcmp(dec, "deny") == 0 &&
+			    audit_field(line, "host", host, sizeof(host)) &&
+			    audit_field(line, "reason", reason, sizeof(reason))) {
+				unsigned port = 0;
+				uint64_t v, times = 1;
+				if (audit_field(line, "port", num, sizeof(num)) &&
+				    parse_u64(num, &v) == 0 && v < 65536)
+					port = (unsigned)v;
+				if (audit_field(line, "repeated", num, sizeof(num)) &&
+				    parse_u64(num, &v) == 0 && v < (1ull << 40))
+					times = v;
+				total += times;
+				size_t i = 0;
+				while (i < nd &&
+				       !(d[i].port == port && strcmp(d[i].host, host) == 0 &&
+					 strcmp(d[i].reason, reason) == 0))
+					i++;
+				if (i == nd && nd < MAX_KINDS) {
+					d[nd] = (struct denial){ .port = port };
+					snprintf(d[i].host, sizeof(d[i].host), "%s", host);
+					snprintf(d[i].reason, sizeof(d[i].reason), "%s", reason);
+					nd++;
+				}
+				if (i < nd)
+					d[i].count += times;
+				else
+					other += times;
+			}
+			line = nl + 1;
+		}
+		/* A line longer than the buffer is skipped whole. */
+		size_t rest = have - (size_t)(line - buf);
+		if (rest == 65536) {
+			rest = 0;
+		}
+		memmove(buf, line, rest);
+		have = rest;
+	}
+	if (total == 0)
+		return;
+	if (exact)
+		log_warning("the gateway refused %" PRIu64 " request%s (the audit log has each):",
+			    total, total == 1 ? "" : "s");
+	else
+		log_warning("the gateway refused requests (the audit log has each):");
+	for (size_t i = 0; i < nd; i++) {
+		char hint[256], times[32] = "";
+		bool hinted = denial_hint(d[i].reason, d[i].host, d[i].port, hint, sizeof(hint));
+		if (exact)
+			snprintf(times, sizeof(times), "  %" PRIu64 "x", d[i].count);
+		log_warning("  %s:%u%s  %s%s%s%s", d[i].host, d[i].port, times, d[i].reason,
+			    hinted ? "  (to allow it: " : "", hinted ? hint : "",
+			    hinted ? ")" : "");
+	}
+	if (other && exact)
+		log_warning("  and %" PRIu64 " more to other hosts", other);
+	else if (other)
+		log_warning("  and more to other hosts");
+}
+
 /* Everything after "--" (or the first non-option) is the command. */
 static char **command_argv(int argc, char **argv, int optind_, int skip)
 {
@@ -475,10 +618,29 @@ static int do_run(int argc, char **argv)
 		ctl_net_done(&n, false);
 		return r;
 	}
+	/* What the gateway refuses is summed up at the end: read back from
+	 * the audit file (--audit's, reopened and checked to be the same), or
+	 * else a memory file the gateway writes instead of the sandbox's own. */
+	_cleanup_close_ int audit_rd = -1;
+	off_t audit_from = 0;
+	if (n.started && o.audit) {
+		struct stat a, b;
+		audit_rd = open_no_symlinks(AT_FDCWD, o.audit, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0);
+		if (audit_rd >= 0 && (fstat(audit_rd, &a) < 0 || fstat(n.audit_fd, &b) < 0 ||
+				      a.st_ino != b.st_ino || a.st_dev != b.st_dev))
+			audit_rd = safe_close(audit_rd);
+		audit_from = audit_rd >= 0 ? a.st_size : 0;
+	} else if (n.started) {
+		audit_rd = memfd_create("airlock-audit", MFD_CLOEXEC);
+		if (audit_rd >= 0)
+			n.audit_fd = fcntl(audit_rd, F_DUPFD_CLOEXEC, 3);
+	}
 	r = sbx_run(&set, &o.spec, cmd, &o.exec, &res, &err);
 	ctl_net_done(&n, false);
 	if (r < 0)
 		return cli_fail("%s", al_error_message(&err));
+	if (audit_rd >= 0)
+		report_denials(audit_rd, audit_from, true);
 	return report(&res);
 }
 
@@ -552,10 +714,23 @@ static int do_exec(int argc, char **argv)
 	char id[SBX_ID_LEN + 1];
 	if (settings(&set) || resolve(&set, typed, id))
 		return EXIT_AIRLOCK_ERROR;
+	/* The sandbox's gateway (if it has one) appends to its audit log: what
+	 * it refuses this command is summed up at the end. */
+	char apath[4096];
+	_cleanup_close_ int audit_rd = -1;
+	struct stat ast;
+	if (snprintf(apath, sizeof(apath), "%s/%s/audit.jsonl", set.state_dir, id) <
+		    (int)sizeof(apath) &&
+	    (audit_rd = open(apath, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)) >=
+		    0 &&
+	    (fstat(audit_rd, &ast) < 0 || !S_ISREG(ast.st_mode)))
+		audit_rd = safe_close(audit_rd);
 	struct sbx_result res;
 	struct al_error err = { 0 };
 	if (sbx_exec(&set, id, cmd, &o.exec, &res, &err) < 0)
 		return cli_fail("%s", al_error_message(&err));
+	if (audit_rd >= 0)
+		report_denials(audit_rd, ast.st_size, false);
 	return report(&res);
 }
 

@@ -13,6 +13,7 @@
 
 #include <event2/bufferevent_ssl.h>
 
+#include "common/denial.h"
 #include "gateway/engine.h"
 #include "gateway/decode.h"
 #include "gateway/vault.h"
@@ -228,14 +229,14 @@ void gw_respond_error(struct conn *c, int status, const char *reason, bool keep)
 	snprintf(c->reason, sizeof(c->reason), "%s", reason);
 	gw_audit(c, status >= 500 ? "allow" : "deny");
 	struct evbuffer *out = bufferevent_get_output(c->cbev);
-	char body[256];
-	int blen = snprintf(body, sizeof(body), "airlock: %s%s%s\n", reason,
-			    c->rule[0] ? " (rule " : "", c->rule[0] ? c->rule : "");
-	if (c->rule[0] && blen > 0 && (size_t)blen < sizeof(body) - 2) {
-		body[blen - 1] = ')';
-		body[blen] = '\n';
-		body[++blen] = '\0';
-	}
+	/* The reason, and what would allow it (the option or policy key). */
+	char body[640], hint[256];
+	bool hinted = status == 403 && c->host[0] &&
+		      denial_hint(reason, c->host, c->port, hint, sizeof(hint));
+	int blen = snprintf(body, sizeof(body), "airlock: %s%s%s%s\n%s%s%s", reason,
+			    c->rule[0] ? " (rule " : "", c->rule[0] ? c->rule : "",
+			    c->rule[0] ? ")" : "", hinted ? "airlock: to allow it: " : "",
+			    hinted ? hint : "", hinted ? "\n" : "");
 	if (blen < 0)
 		blen = 0;
 	if ((size_t)blen >= sizeof(body))

@@ -272,3 +272,42 @@ def test_checkpoint_ids_log_and_restore_in_place(airlock, tmp_path):
     ck("restore", c2, "--to", str(out), "--force", "--owner", "1000:1000", check=True)
     assert sorted(os.listdir(out)) == ["a", "b"]
     assert os.stat(out / "b").st_uid == 1000
+
+
+def test_denials_are_summed_up_where_users_look(airlock):
+    """A refused request says why and what would allow it: in the 403 body,
+    and in a summary at the end of `sandbox run` and of each exec."""
+    script = ("curl -s http://10.1.2.3/; "
+              "for i in 1 2 3; do curl -s -o /dev/null https://deb.debian.org/; done; "
+              "curl -s http://deb.debian.org:8080/x")
+    p = airlock("sandbox", "run", "--allow", "10.1.2.3", "--", "sh", "-c", script, timeout=120)
+    assert p.returncode == 0, p
+    assert p.stdout.decode() == (
+        "airlock: 10.1.2.3 is a refused address: private (rule allow-1)\n"
+        "airlock: to allow it: allow_cidrs: [10.1.2.3/32] in a --policy file\n"
+        "airlock: no rule allows this request\n"
+        "airlock: to allow it: --allow deb.debian.org:8080\n")
+    assert err(p) == (
+        "airlock: warning: the gateway refused 5 requests (the audit log has each):\n"
+        "airlock: warning:   10.1.2.3:80  1x  10.1.2.3 is a refused address: private  "
+        "(to allow it: allow_cidrs: [10.1.2.3/32] in a --policy file)\n"
+        "airlock: warning:   deb.debian.org:443  3x  no rule allows this host  "
+        "(to allow it: --allow deb.debian.org)\n"
+        "airlock: warning:   deb.debian.org:8080  1x  no rule allows this request  "
+        "(to allow it: --allow deb.debian.org:8080)\n"), err(p)
+    # nothing refused, nothing said
+    p = airlock("sandbox", "run", "--allow", "example.com", "--", "true")
+    assert (p.returncode, p.stderr) == (0, b"")
+    # a persistent sandbox: after each exec, what that exec was refused
+    sid = airlock("sandbox", "create", "--allow", "example.com", check=True).stdout.decode().strip()
+    try:
+        p = airlock("sandbox", "exec", sid, "--", "curl", "-s", "-o", "/dev/null",
+                    "https://deb.debian.org/")
+        assert err(p) == (
+            "airlock: warning: the gateway refused requests (the audit log has each):\n"
+            "airlock: warning:   deb.debian.org:443  no rule allows this host  "
+            "(to allow it: --allow deb.debian.org)\n"), err(p)
+        p = airlock("sandbox", "exec", sid, "--", "true")
+        assert (p.returncode, p.stderr) == (0, b"")
+    finally:
+        airlock("sandbox", "destroy", sid, check=True)

@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+#pragma once
+
+#include <stddef.h>
+
+/*
+ * What would allow a request the egress gateway refused, for a person to
+ * read: from the refusal's reason (as the gateway words it) and the host
+ * and port asked for, an option ("--allow deb.debian.org") or a policy
+ * key, written into out. 0 when none would: a deny rule, the host itself,
+ * cloud metadata, a spent budget, a malformed request.
+ */
+int denial_hint(const char *reason, const char *host, unsigned port, char *out, size_t size);
