@@ -12,6 +12,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <linux/fs.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -54,7 +55,8 @@ static const char usage[] =
 	"       airlock checkpoint ls ID\n"
 	"       airlock checkpoint latest [--session S]\n"
 	"       airlock checkpoint log [--session S] [--json]   the session's checkpoints,\n"
-	"                                      newest first\n"
+	"                                      newest first, with when the session took\n"
+	"                                      each (made, or adopted by a fork)\n"
 	"       airlock checkpoint adopt ID --session S   (a fork: S starts from checkpoint ID)\n"
 	"       airlock checkpoint gc [--keep-last K] [--keep-days N] [--max-unused PCT]\n"
 	"                                      [--dry-run]   (PCT: rewrite packs more unused; 10)\n"
@@ -459,12 +461,44 @@ static int dir_holds_something(const char *dir)
 }
 
 /*
+ * The directories earlier --force restores of base left beside it (a
+ * signal stopped them): root's, 0700, named as restore_in_place names them,
+ * and not locked by a restore still at work.
+ */
+static void remove_stale(int pfd, const char *base)
+{
+	char prefix[NAME_MAX + 2];
+	int n = snprintf(prefix, sizeof(prefix), ".%.64s.restore-", base);
+	_cleanup_close_ int dfd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d)
+		return;
+	dfd = -1;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (strncmp(de->d_name, prefix, (size_t)n) != 0 ||
+		    strlen(de->d_name) != (size_t)n + 16)
+			continue;
+		_cleanup_close_ int fd = openat(dirfd(d), de->d_name,
+						O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		struct stat st;
+		if (fd < 0 || fstat(fd, &st) < 0 || st.st_uid != 0 ||
+		    (st.st_mode & 07777) != 0700 || flock(fd, LOCK_EX | LOCK_NB) < 0)
+			continue;
+		rm_rf_at(dirfd(d), de->d_name);
+	}
+	closedir(d);
+}
+
+/*
  * restore --force into a directory that holds a tree: the checkpoint goes
  * into a new directory beside it, which takes the old one's mode (and
  * owner, without --owner), then the two are swapped in one rename and the
  * old tree removed. Until the swap, the old tree is as it was. The
  * directory they are in is opened once, following no link, and everything
- * is made, checked, swapped and removed relative to it.
+ * is made, restored into, checked, swapped and removed through descriptors.
+ * The new directory is locked while it is in use: one a signal left behind
+ * is removed by the next --force of the same target.
  */
 static int restore_in_place(struct st_repo *r, const char *id, const char *to,
 			    struct st_restore_opts *ro)
@@ -479,36 +513,35 @@ static int restore_in_place(struct st_repo *r, const char *id, const char *to,
 	struct stat old, made, now;
 	if (fstatat(pfd, base, &old, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(old.st_mode))
 		return cli_fail("%s is not a directory", to);
+	remove_stale(pfd, base);
 	uint8_t rnd[8];
 	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
 		return cli_fail("cannot make a name: %s", al_strerror(errno));
-	char name[NAME_MAX + 1], tmp[PATH_MAX];
+	char name[NAME_MAX + 1];
 	snprintf(name, sizeof(name), ".%.64s.restore-%02x%02x%02x%02x%02x%02x%02x%02x", base,
 		 rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-	/* The path of the new directory, for the restore: to's own directory
-	 * part (trailing slashes aside), then its name. */
-	size_t tlen = strlen(to);
-	while (tlen > 1 && to[tlen - 1] == '/')
-		tlen--;
-	size_t dlen = tlen >= strlen(base) ? tlen - strlen(base) : 0;
-	int n = snprintf(tmp, sizeof(tmp), "%.*s%s", (int)dlen, to, name);
-	if (n < 0 || (size_t)n >= sizeof(tmp))
-		return cli_fail("%s: path too long", to);
-	if (mkdirat(pfd, name, 0700) < 0 || fstatat(pfd, name, &made, AT_SYMLINK_NOFOLLOW) < 0)
+	if (mkdirat(pfd, name, 0700) < 0)
 		return cli_fail("cannot make a directory beside %s: %s", to, al_strerror(errno));
+	_cleanup_close_ int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &made) < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int e = errno;
+		rm_rf_at(pfd, name);
+		return cli_fail("cannot open the directory made beside %s: %s", to, al_strerror(e));
+	}
+	ro->at_fd = true;
+	ro->dir_fd = fd;
 	struct al_error err = { 0 };
-	int rc = st_restore_with(r, id, tmp, ro, &err);
+	int rc = st_restore_with(r, id, to, ro, &err);
 	if (rc < 0) {
 		rm_rf_at(pfd, name);
 		return cli_fail("%s (%s is as it was)", al_error_message(&err), to);
 	}
-	/* Both still the directories they were (nobody moved them meanwhile). */
-	_cleanup_close_ int fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &now) < 0 || now.st_ino != made.st_ino ||
+	/* The names still the directories they were (nobody moved them). */
+	if (fstatat(pfd, name, &now, AT_SYMLINK_NOFOLLOW) < 0 || now.st_ino != made.st_ino ||
 	    now.st_dev != made.st_dev || fstatat(pfd, base, &now, AT_SYMLINK_NOFOLLOW) < 0 ||
 	    now.st_ino != old.st_ino || now.st_dev != old.st_dev) {
 		rm_rf_at(pfd, name);
-		return cli_fail("%s or the restore beside it changed while it was made: nothing "
+		return cli_fail("%s or the restore beside it was moved while it was made: nothing "
 				"replaced",
 				to);
 	}
@@ -529,7 +562,7 @@ static int restore_in_place(struct st_repo *r, const char *id, const char *to,
 	}
 	rc = rm_rf_at(pfd, name);
 	if (rc < 0)
-		log_warning("restored into %s; the old tree is left in %s: %s", to, tmp,
+		log_warning("restored into %s; the old tree is left beside it as %s: %s", to, name,
 			    al_strerror(rc));
 	return 0;
 }
@@ -698,13 +731,15 @@ static int do_log(struct copts *o)
 		gmtime_r(&t, &tm);
 		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
 		if (o->json)
-			printf("%s{\"id\":\"%s\",\"created\":\"%s\",\"created_ns\":%" PRId64 "}",
+			printf("%s{\"id\":\"%s\",\"logged\":\"%s\",\"logged_ns\":%" PRId64 "}",
 			       i + 1 == l.n ? "" : ",", l.ids[i], when, l.when[i]);
 		else
 			printf("%s  %s\n", l.ids[i], when);
 	}
 	if (rc == 0 && o->json)
 		fputs("]\n", stdout);
+	if (rc == 0 && !o->json && l.n == 0)
+		log_warning("session %s has no checkpoints", o->session);
 	free(l.ids);
 	free(l.when);
 	return rc;

@@ -75,6 +75,10 @@ void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *lab
 /* s as a JSON string, quotes included (bytes that are not UTF-8 as
  * \u00XX of the byte). */
 void cli_json_str(FILE *f, const char *s);
+/* "key":"s" (NULL or "": null), or for s that is not UTF-8 (a path may be
+ * any bytes) "key":null,"key_hex":"its bytes in hex": never a lossy
+ * string a script would act on. */
+void cli_json_field(FILE *f, const char *key, const char *s);
 
 /* Prints "airlock: MESSAGE" (through the log) and returns EXIT_AIRLOCK_ERROR. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -59,12 +59,15 @@ int cli_bad_option(char **argv, const struct option *longopts, const char *cmd)
 {
 	/* An unknown short option (or one missing its value) is optopt: its
 	 * cluster ("-it") may still be at optind. */
-	if (optopt > 0 && optopt < 128) {
+	if (optopt != 0 && optopt < 256) {
+		unsigned char oc = (unsigned char)optopt;
 		for (size_t i = 0; longopts[i].name; i++)
 			if (longopts[i].val == optopt && longopts[i].has_arg == required_argument)
-				return cli_fail("option -%c (--%s) needs a value", optopt,
+				return cli_fail("option -%c (--%s) needs a value", oc,
 						longopts[i].name);
-		return cli_fail("unknown option -%c (see `airlock %s --help`)", optopt, cmd);
+		if (oc > 0x20 && oc < 0x7f)
+			return cli_fail("unknown option -%c (see `airlock %s --help`)", oc, cmd);
+		return cli_fail("unknown option -\\x%02x (see `airlock %s --help`)", oc, cmd);
 	}
 	/* A long one: getopt_long leaves it just before optind. */
 	const char *arg = optind > 0 ? argv[optind - 1] : "?";
@@ -78,6 +81,17 @@ int cli_bad_option(char **argv, const struct option *longopts, const char *cmd)
 							longopts[i].name);
 				return cli_fail("option --%s takes no value", longopts[i].name);
 			}
+		/* A prefix of several: getopt_long will not guess, nor do we. */
+		char which[256] = "";
+		size_t matches = 0;
+		for (size_t i = 0; longopts[i].name && n > 0; i++)
+			if (strncmp(longopts[i].name, arg + 2, n) == 0) {
+				size_t len = strlen(which);
+				snprintf(which + len, sizeof(which) - len, "%s--%s",
+					 matches++ ? ", " : "", longopts[i].name);
+			}
+		if (matches > 1)
+			return cli_fail("option --%.*s is ambiguous: %s", (int)n, arg + 2, which);
 		return cli_fail("unknown option --%.*s (see `airlock %s --help`)", (int)n, arg + 2,
 				cmd);
 	}

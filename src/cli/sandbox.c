@@ -576,22 +576,16 @@ static void json_info(const struct sbx_info *info)
 		printf("\"%s\"", info->network);
 	else
 		fputs("null", stdout);
-	fputs(",\"image\":", stdout);
-	cli_json_str(stdout, info->image);
-	fputs(",\"workspace\":", stdout);
-	if (info->workspace[0])
-		cli_json_str(stdout, info->workspace);
-	else
-		fputs("null", stdout);
-	fputs(",\"home\":", stdout);
-	if (info->home[0])
-		cli_json_str(stdout, info->home);
-	else
-		fputs("null", stdout);
+	fputc(',', stdout);
+	cli_json_field(stdout, "image", info->image);
+	fputc(',', stdout);
+	cli_json_field(stdout, "workspace", info->workspace);
+	fputc(',', stdout);
+	cli_json_field(stdout, "home", info->home);
 	printf(",\"memory_bytes\":%" PRIu64 ",\"oom_kills\":%" PRIu64 ",\"uids\":[%" PRIu32
-	       ",%" PRIu32 "],\"cgroup\":",
+	       ",%" PRIu32 "],",
 	       info->memory_bytes, info->oom_kills, info->uid_first, info->uid_last);
-	cli_json_str(stdout, info->cgroup);
+	cli_json_field(stdout, "cgroup", info->cgroup);
 	printf(",\"cgroup_version\":%d}", info->cgroup_v2 ? 2 : 1);
 }
 

@@ -55,6 +55,27 @@ void cli_json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+void cli_json_field(FILE *f, const char *key, const char *s)
+{
+	bool utf8 = true;
+	for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p && utf8;) {
+		size_t n = utf8_seq(p);
+		utf8 = n > 0;
+		p += n;
+	}
+	fprintf(f, "\"%s\":", key);
+	if (!s || !*s) {
+		fputs("null", f);
+	} else if (utf8) {
+		cli_json_str(f, s);
+	} else {
+		fprintf(f, "null,\"%s_hex\":\"", key);
+		for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+			fprintf(f, "%02x", *p);
+		fputc('"', f);
+	}
+}
+
 int cli_fail(const char *fmt, ...)
 {
 	va_list ap;

@@ -49,6 +49,10 @@ int log_level_from_string(const char *s, enum log_level *ret)
 			return 0;
 		}
 	}
+	if (strcmp(s, "warn") == 0) { /* as many tools spell it */
+		*ret = LOG_LEVEL_WARNING;
+		return 0;
+	}
 	return -EINVAL;
 }
 

@@ -370,7 +370,15 @@ int gw_policy_add_spec(struct gw_policy *p, const char *spec, const char *id, st
 	snprintf(r.id, sizeof(r.id), "%s", id);
 	/* HOST[:PORT][/PATH]; HOST may be "*.suffix" or "[v6]". */
 	const char *s = spec, *end;
-	const char *scheme = strstr(spec, "://");
+	/* "https://host": a scheme is letters, digits, '+', '-', '.' after a
+	 * letter, at the start (later on, "://" is part of a path). */
+	const char *scheme = NULL;
+	if ((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')) {
+		size_t k = strspn(
+			s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.");
+		if (strncmp(s + k, "://", 3) == 0)
+			scheme = s + k;
+	}
 	if (scheme)
 		return al_error_set(err, -EINVAL,
 				    "--allow %s: a rule takes no URL scheme (HOST[:PORT][/PATH], "

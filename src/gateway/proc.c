@@ -438,11 +438,13 @@ int gw_serve_standalone(const struct gw_config *cfg, const char *listen_addr, co
 		/* Ready, and nothing of root's left: a caller waiting for this
 		 * line may send requests. */
 		/* Where it is bound (a port of 0 was chosen by the kernel). */
-		struct sockaddr_storage at;
+		struct sockaddr_storage at = { 0 };
 		socklen_t al = sizeof(at);
 		char host[INET6_ADDRSTRLEN] = "?", where[INET6_ADDRSTRLEN + 16];
 		unsigned port = 0;
-		if (getsockname(lfd, (struct sockaddr *)&at, &al) == 0 && at.ss_family == AF_INET) {
+		if (getsockname(lfd, (struct sockaddr *)&at, &al) < 0)
+			at.ss_family = AF_UNSPEC;
+		if (at.ss_family == AF_INET) {
 			const struct sockaddr_in *in = (const struct sockaddr_in *)&at;
 			inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
 			port = ntohs(in->sin_port);

@@ -48,7 +48,7 @@ struct sbx_state {
 	char etc_gen[SBX_ID_LEN + 1]; /* the /etc view in use; "" for images */
 	bool ephemeral;
 	uint64_t memory_bytes;
-	char network[16]; /* "" in the state of an earlier version */
+	char network[16]; /* kept in a file of its own ("network"), not in the state */
 };
 
 /* state.c */

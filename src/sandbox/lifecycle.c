@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -85,6 +86,20 @@ int sbx_destroy(const struct sbx_settings *set, const char *id, struct al_error 
 	int r = sbx_lookup(set, id, &st, &p, err);
 	if (r < 0)
 		return r;
+	/* A `run`'s sandbox is its command's: its airlock holds the lock for
+	 * the command's life and removes everything once it ends. Destroying
+	 * it is ending the command, everything it started with it. */
+	if (st.ephemeral) {
+		int pidfd = sbx_state_pidfd(&st);
+		if (pidfd < 0)
+			return al_error_set(err, -ENOENT, "no sandbox with id %s", id);
+		syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+		r = sbx_wait_pidfd_exit(pidfd, 10000);
+		close(pidfd);
+		if (r < 0)
+			return al_error_set(err, r, "sandbox %s did not die within 10 s", id);
+		return 0;
+	}
 	_cleanup_close_ int lock = sbx_lock_dir(p.dir, true);
 	if (lock < 0)
 		return al_error_set_errno(err, lock, "cannot lock sandbox %s", id);
@@ -104,7 +119,19 @@ static void info_from_state(const struct sbx_settings *set, const struct sbx_sta
 	snprintf(info->image, sizeof(info->image), "%s", st->image);
 	snprintf(info->workspace, sizeof(info->workspace), "%s", st->workspace);
 	snprintf(info->home, sizeof(info->home), "%s", st->home);
-	snprintf(info->network, sizeof(info->network), "%s", st->network);
+	/* The network mode, from its own file (none before it was kept). */
+	char npath[SBX_PATH_MAX], mode[16] = "";
+	if (snprintf(npath, sizeof(npath), "%s/%s/network", set->state_dir, st->id) <
+	    (int)sizeof(npath)) {
+		int fd = open(npath, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		ssize_t k = fd >= 0 ? read(fd, mode, sizeof(mode) - 1) : -1;
+		mode[k > 0 ? k : 0] = '\0';
+		if (fd >= 0)
+			close(fd);
+	}
+	if (strcmp(mode, "none") == 0 || strcmp(mode, "restricted") == 0 ||
+	    strcmp(mode, "open") == 0)
+		snprintf(info->network, sizeof(info->network), "%s", mode);
 	for (int i = 0; i < SBX_CGROUP_CONTROLLERS; i++)
 		if (st->cg.present[i]) {
 			snprintf(info->cgroup, sizeof(info->cgroup), "%s", st->cg.path[i]);
@@ -114,7 +141,6 @@ static void info_from_state(const struct sbx_settings *set, const struct sbx_sta
 	info->running = pidfd >= 0;
 	safe_close(pidfd);
 	info->oom_kills = sbx_cgroup_oom_kills(&st->cg);
-	(void)set;
 }
 
 int sbx_list(const struct sbx_settings *set, int (*fn)(const struct sbx_info *info, void *userdata),
@@ -181,10 +207,15 @@ int sbx_id_resolve(const struct sbx_settings *set, const char *typed, char out[S
 		return al_error_set_errno(err, -errno, "cannot open %s", set->state_dir);
 	size_t found = 0;
 	struct dirent *de;
-	while (d && (de = readdir(d)))
+	/* Only sandboxes (whose state can be read): not debris for gc, nor one
+	 * still being made. */
+	while (d && (de = readdir(d))) {
+		struct sbx_state st;
+		struct al_error ignore = { 0 };
 		if (sbx_id_valid(de->d_name) && strncmp(de->d_name, typed, len) == 0 &&
-		    found++ == 0)
+		    sbx_state_read(set, de->d_name, &st, &ignore) == 0 && found++ == 0)
 			memcpy(out, de->d_name, SBX_ID_LEN + 1);
+	}
 	if (d)
 		closedir(d);
 	if (found == 0)

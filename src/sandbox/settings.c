@@ -29,7 +29,7 @@ int sbx_settings_from_env(struct sbx_settings *s, struct al_error *err)
 	v = getenv("AIRLOCK_UID_BASE");
 	if (v && *v) {
 		uint64_t base;
-		if (parse_u64_dec_hex(v, &base) < 0 || base < 65536 ||
+		if (parse_u64_dec_hex(v, &base) < 0 || base < 65536 || base > 0x7fffffffu ||
 		    base + (uint64_t)s->uid_slots * SBX_RANGE > 0x7fffffffu)
 			return al_error_set(err, -EINVAL,
 					    "AIRLOCK_UID_BASE must be a uid (decimal, or hex as "

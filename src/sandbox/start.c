@@ -271,6 +271,16 @@ static int plan_sandbox(const struct sbx_settings *set, const struct sbx_spec *s
 		 spec->network == SBX_NETWORK_NONE	 ? "none" :
 		 spec->network == SBX_NETWORK_RESTRICTED ? "restricted" :
 							   "open");
+	/* Beside the state, not in it: an earlier airlock reads the state file
+	 * of this one (a rollback leaves no sandbox it cannot see). */
+	char npath[SBX_PATH_MAX];
+	if (snprintf(npath, sizeof(npath), "%s/network", sb->paths.dir) < (int)sizeof(npath)) {
+		_cleanup_close_ int nfd =
+			open(npath, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (nfd < 0 || write_full(nfd, sb->state.network, strlen(sb->state.network)) < 0)
+			return al_error_set_errno(err, nfd < 0 ? -errno : -EIO,
+						  "cannot record the network mode");
+	}
 
 	/* Held (shared) until the sandbox has mounted it: see etcview.c. */
 	if (!spec->image || strcmp(spec->image, "host") == 0) {

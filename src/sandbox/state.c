@@ -243,8 +243,6 @@ int sbx_state_format(const struct sbx_state *st, char *buf, size_t size)
 	 * what earlier versions read. */
 	if (st->home[0])
 		ADD("home=%s\n", st->home);
-	if (st->network[0])
-		ADD("network=%s\n", st->network);
 #undef ADD
 	return (int)len;
 }
@@ -415,11 +413,7 @@ int sbx_state_parse(const struct sbx_settings *set, const char *id, char *text, 
 		} else if (strcmp(key, "home") == 0) {
 			if (!val[0] || copy_value(st.home, sizeof(st.home), val) < 0)
 				goto bad;
-		} else if (strcmp(key, "network") == 0) {
-			if (strcmp(val, "none") != 0 && strcmp(val, "restricted") != 0 &&
-			    strcmp(val, "open") != 0)
-				goto bad;
-			snprintf(st.network, sizeof(st.network), "%s", val);
+
 		} else {
 			goto bad;
 		}

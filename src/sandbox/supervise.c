@@ -433,7 +433,9 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 		   (!have_status || (res.outcome == SBX_SIGNALED && res.status == SIGKILL))) {
 		res.outcome = SBX_OOM_KILLED;
 	} else if (!have_status) {
-		return al_error_set(err, -ECHILD, "the sandbox ended without reporting a status");
+		return al_error_set(err, -ECHILD,
+				    "the sandbox ended without reporting a status (destroyed, or "
+				    "killed from outside)");
 	}
 	*ret = res;
 	return 0;

@@ -148,6 +148,10 @@ struct st_restore_opts {
 	 */
 	bool chown;
 	uint32_t uid, gid;
+	/* The target is dir_fd (an empty directory, open O_RDONLY |
+	 * O_DIRECTORY), not looked up again; dir only names it in messages. */
+	bool at_fd;
+	int dir_fd;
 };
 
 /* st_restore with options (NULL: st_restore's). */

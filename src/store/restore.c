@@ -426,7 +426,10 @@ int st_restore_with(struct st_repo *r, const char *id, const char *dir,
 	/* Made when absent. No link is followed anywhere in the path (a user
 	 * who owns a directory on the way cannot send the restore into one of
 	 * root's); only the descriptor is used from then on. */
-	_cleanup_close_ int root = mkdir_open_no_symlinks(AT_FDCWD, dir, 0700);
+	_cleanup_close_ int root = o->at_fd ? fcntl(o->dir_fd, F_DUPFD_CLOEXEC, 3) :
+					      mkdir_open_no_symlinks(AT_FDCWD, dir, 0700);
+	if (root < 0 && o->at_fd)
+		root = -errno;
 	if (root < 0) {
 		st_manifest_free(m);
 		return st_path_error(err, root, "restore target", dir);
