@@ -278,7 +278,7 @@ def test_repository_outside_the_presets_list_refused_before_anything_starts(gh, 
     # Nothing started: no session directory, no setup, no sandbox, no request.
     assert list(gh.state.glob("sessions/*/*")) == []
     assert not (gh.state / "tools").exists()
-    assert gh.a.sandbox("list").stdout.strip() == b""
+    assert gh.a.sandbox("list", "--json").stdout == b"[]\n"
     assert since(ups, mark) == []
 
 
@@ -294,7 +294,7 @@ def test_failed_clone_says_why_and_leaves_nothing(gh, ups):
     assert "fatal: repository 'https://github.com/acme/nothere/' not found" in err, err
     assert gh("session", "list").stdout == b""
     assert list(gh.state.glob("sessions/*/*")) == []
-    assert gh.a.sandbox("list").stdout.strip() == b""
+    assert gh.a.sandbox("list", "--json").stdout == b"[]\n"
     # It was asked for with the grant's credential, and answered 404.
     asked = git_requests(since(ups, mark), "acme", "nothere")
     assert asked and all(authorization(r) == [BASIC] for r in asked), asked
