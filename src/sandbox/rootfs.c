@@ -452,9 +452,10 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 		if (gid == 0)
 			return al_error_set(
 				err, -EPERM,
-				"workspace %s belongs to group root: give it the owner's "
-				"group (chgrp) so files made inside never belong to root",
-				spec->workspace);
+				"workspace %s belongs to group root, so files made inside "
+				"would be root's on the host; give it its owner's group: chown "
+				"-R %u:GROUP %s",
+				spec->workspace, (unsigned)st.st_uid, spec->workspace);
 		plan->ws_idmap = true;
 		plan->ws_uid = (uint32_t)st.st_uid;
 		plan->ws_gid = (uint32_t)gid;
@@ -492,9 +493,9 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 	if (!empty)
 		return al_error_set(
 			err, -EPERM,
-			"workspace %s is owned by root and not empty; give it to an "
-			"unprivileged owner (chown -R USER %s) so files made inside are "
-			"never owned by root on the host",
+			"workspace %s is owned by root and not empty, so files made inside "
+			"would be root's on the host; give it to an unprivileged user and "
+			"group: chown -R USER:GROUP %s",
 			spec->workspace, spec->workspace);
 	if (fchown(dfd, plan->uid, plan->uid) < 0)
 		return al_error_set_errno(err, -errno, "cannot hand workspace to the sandbox");

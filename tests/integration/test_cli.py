@@ -377,3 +377,23 @@ def test_listing_paths_that_are_not_utf8_and_sandboxes_of_an_earlier_version(air
         assert b" ? " in airlock("sandbox", "list", check=True).stdout
     finally:
         airlock("sandbox", "destroy", sid, check=True)
+
+
+def test_a_root_owned_workspace_gets_the_one_line_that_fixes_it(airlock, tmp_path):
+    ws = tmp_path / "project"
+    ws.mkdir()
+    (ws / "README").write_text("x\n")
+    p = airlock("sandbox", "run", "--workspace", str(ws), "--", "true")
+    assert (p.returncode, err(p)) == (
+        125, f"airlock: workspace {ws} is owned by root and not empty, so files made inside "
+             f"would be root's on the host; give it to an unprivileged user and group: chown "
+             f"-R USER:GROUP {ws}\n")
+    # the advice half followed (the user, not the group): the next line says the rest
+    subprocess.run(["chown", "-R", "1000", str(ws)], check=True)
+    p = airlock("sandbox", "run", "--workspace", str(ws), "--", "true")
+    assert (p.returncode, err(p)) == (
+        125, f"airlock: workspace {ws} belongs to group root, so files made inside would be "
+             f"root's on the host; give it its owner's group: chown -R 1000:GROUP {ws}\n")
+    subprocess.run(["chown", "-R", "1000:1000", str(ws)], check=True)
+    p = airlock("sandbox", "run", "--workspace", str(ws), "--", "cat", "/workspace/README")
+    assert (p.returncode, p.stdout) == (0, b"x\n"), p
