@@ -932,7 +932,12 @@ static int do_policy(int argc, char **argv)
 			return cli_fail(
 				"sandbox %s has no gateway (no such sandbox, or --network none)",
 				id);
-		return cli_fail("%s", al_error_message(&err));
+		/* The gateway names the text it was sent "policy": the file it
+		 * came from is what the user can open. */
+		const char *m = al_error_message(&err);
+		if (strncmp(m, "policy:", 7) == 0)
+			return cli_fail("%s:%s", argv[2], m + 7);
+		return cli_fail("%s", m);
 	}
 	printf("policy generation %" PRIu64 "\n", gen);
 	return 0;

@@ -56,7 +56,9 @@ def test_policy_generations(airlock, tmp_path):
             f.write_text(bad)
             p = airlock.sandbox("policy", sid, str(f))
             assert p.returncode == 125, p
-            assert b"policy:" in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+            # one line, naming the file given
+            assert p.stderr.startswith(f"airlock: {f}:".encode()) and \
+                len(p.stderr.splitlines()) == 1, p.stderr
             assert status(airlock, sid, "a.example.test") == "403"
             assert status(airlock, sid, "b.example.test") == "502"
 
