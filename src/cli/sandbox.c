@@ -71,7 +71,8 @@ static const struct cli_optdef spec_optdefs[] = {
 	{ "network", OPT_NETWORK, "MODE",
 	  "none: loopback only (default without the gateway's options);\n"
 	  "restricted: out through the egress gateway, as the policy\n"
-	  "allows (default with them); open: any public host" },
+	  "allows (default with them); open: any public host;\n"
+	  "learn: as open, and prints the --allow rules it needed" },
 	{ "memory", OPT_MEMORY, "SIZE", "memory limit, e.g. 512M, 2G (default 4G; 0 = none)" },
 	{ "pids", OPT_PIDS, "N", "process limit (default 4096; 0 = none)" },
 	{ "cpus", OPT_CPUS, "F", "CPU limit in cores, e.g. 1.5 (default none)" },
@@ -226,9 +227,11 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 				o->spec.network = SBX_NETWORK_RESTRICTED;
 			else if (strcmp(optarg, "open") == 0)
 				o->spec.network = SBX_NETWORK_OPEN;
+			else if (strcmp(optarg, "learn") == 0)
+				o->spec.network = SBX_NETWORK_OPEN, o->spec.learn = true;
 			else
 				return cli_fail(
-					"--network wants none, restricted or open, not '%s'",
+					"--network wants none, restricted, open or learn, not '%s'",
 					optarg);
 			o->network_given = true;
 			break;
@@ -437,11 +440,12 @@ struct denial {
  * persistent sandbox's gateway writes a repeat's count up to 10 s later,
  * so after an exec the counts are left out.
  */
-static void report_denials(int fd, off_t off, bool exact)
+static void report_denials(int fd, off_t off, bool exact, bool learn)
 {
 	enum { MAX_KINDS = 32, MAX_READ = 16 << 20 };
-	struct denial d[MAX_KINDS];
-	size_t nd = 0;
+	struct denial d[MAX_KINDS], learned[MAX_KINDS];
+	size_t nd = 0, nlearned = 0;
+	bool more_learned = false;
 	uint64_t total = 0, other = 0;
 	_cleanup_free_ char *buf = malloc(65536 + 1);
 	if (!buf)
@@ -459,7 +463,33 @@ static void report_denials(int fd, off_t off, bool exact)
 		char *line = buf, *nl;
 		while ((nl = memchr(line, '\n', have - (size_t)(line - buf)))) {
 			*nl = '\0';
-			char dec[16], num[24], host[256], reason[256];
+			char dec[16], num[24], host[256], reason[256], rule[8];
+			/* --network learn: what went out by the open network's own
+			 * allowing (rule "open"), not a rule of the policy's, is what
+			 * rules must allow. */
+			if (learn && audit_field(line, "decision", dec, sizeof(dec)) &&
+			    strcmp(dec, "allow") == 0 &&
+			    audit_field(line, "rule", rule, sizeof(rule)) &&
+			    strcmp(rule, "open") == 0 &&
+			    audit_field(line, "host", host, sizeof(host))) {
+				uint64_t v;
+				unsigned port = 0;
+				if (audit_field(line, "port", num, sizeof(num)) &&
+				    parse_u64(num, &v) == 0 && v < 65536)
+					port = (unsigned)v;
+				size_t i = 0;
+				while (i < nlearned && !(learned[i].port == port &&
+							 strcmp(learned[i].host, host) == 0))
+					i++;
+				if (i == nlearned && nlearned < MAX_KINDS) {
+					learned[nlearned] = (struct denial){ .port = port };
+					snprintf(learned[nlearned].host,
+						 sizeof(learned[nlearned].host), "%s", host);
+					nlearned++;
+				} else if (i == nlearned) {
+					more_learned = true;
+				}
+			}
 			if (audit_field(line, "decision", dec, sizeof(dec)) &&
 			    strcmp(dec, "deny") == 0 &&
 			    audit_field(line, "host", host, sizeof(host)) &&
@@ -498,6 +528,17 @@ static void report_denials(int fd, off_t off, bool exact)
 		}
 		memmove(buf, line, rest);
 		have = rest;
+	}
+	if (nlearned) {
+		log_warning("--network learn: the rules this command needed:");
+		for (size_t i = 0; i < nlearned; i++) {
+			char rule_opt[300];
+			if (denial_hint("no rule allows this host", learned[i].host,
+					learned[i].port, rule_opt, sizeof(rule_opt)))
+				log_warning("  %s", rule_opt);
+		}
+		if (more_learned)
+			log_warning("  and more (the audit log has each)");
 	}
 	if (total == 0)
 		return;
@@ -634,7 +675,7 @@ static int do_run(int argc, char **argv)
 	if (r < 0)
 		return cli_fail("%s", al_error_message(&err));
 	if (audit_rd >= 0)
-		report_denials(audit_rd, audit_from, true);
+		report_denials(audit_rd, audit_from, true, o.spec.learn);
 	return report(&res);
 }
 
@@ -709,7 +750,12 @@ static int do_exec(int argc, char **argv)
 	if (settings(&set) || resolve(&set, typed, id))
 		return EXIT_AIRLOCK_ERROR;
 	/* The sandbox's gateway (if it has one) appends to its audit log: what
-	 * it refuses this command is summed up at the end. */
+	 * it refuses this command (and under --network learn, what it let out
+	 * with no rule) is summed up at the end. */
+	struct sbx_info sinfo;
+	struct al_error ierr = { 0 };
+	bool learn = sbx_inspect(&set, id, &sinfo, &ierr) == 0 &&
+		     strcmp(sinfo.network, "learn") == 0;
 	char apath[4096];
 	_cleanup_close_ int audit_rd = -1;
 	struct stat ast;
@@ -724,7 +770,7 @@ static int do_exec(int argc, char **argv)
 	if (sbx_exec(&set, id, cmd, &o.exec, &res, &err) < 0)
 		return cli_fail("%s", al_error_message(&err));
 	if (audit_rd >= 0)
-		report_denials(audit_rd, ast.st_size, false);
+		report_denials(audit_rd, ast.st_size, false, learn);
 	return report(&res);
 }
 

@@ -130,7 +130,7 @@ static void info_from_state(const struct sbx_settings *set, const struct sbx_sta
 			close(fd);
 	}
 	if (strcmp(mode, "none") == 0 || strcmp(mode, "restricted") == 0 ||
-	    strcmp(mode, "open") == 0)
+	    strcmp(mode, "open") == 0 || strcmp(mode, "learn") == 0)
 		snprintf(info->network, sizeof(info->network), "%s", mode);
 	for (int i = 0; i < SBX_CGROUP_CONTROLLERS; i++)
 		if (st->cg.present[i]) {

@@ -86,6 +86,7 @@ struct sbx_spec {
 	char *const *closed;
 	size_t n_closed;
 	enum sbx_network network;
+	bool learn; /* with OPEN: recorded as "learn" (the caller reports the rules it needed) */
 	const char *hostname; /* NULL: "airlock" */
 	char **env;	      /* K=V strings given for every command */
 	size_t n_env;

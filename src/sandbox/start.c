@@ -270,6 +270,7 @@ static int plan_sandbox(const struct sbx_settings *set, const struct sbx_spec *s
 	snprintf(sb->state.network, sizeof(sb->state.network), "%s",
 		 spec->network == SBX_NETWORK_NONE	 ? "none" :
 		 spec->network == SBX_NETWORK_RESTRICTED ? "restricted" :
+		 spec->learn				 ? "learn" :
 							   "open");
 	/* Beside the state, not in it: an earlier airlock reads the state file
 	 * of this one (a rollback leaves no sandbox it cannot see). */

@@ -397,3 +397,37 @@ def test_a_root_owned_workspace_gets_the_one_line_that_fixes_it(airlock, tmp_pat
     subprocess.run(["chown", "-R", "1000:1000", str(ws)], check=True)
     p = airlock("sandbox", "run", "--workspace", str(ws), "--", "cat", "/workspace/README")
     assert (p.returncode, p.stdout) == (0, b"x\n"), p
+
+
+def test_network_learn_prints_the_rules_a_command_needed(airlock):
+    """--network learn lets a command out as open does and prints the
+    --allow rules a restricted sandbox would have needed; what the open
+    network refuses anyway (the address vetting) is summed up as usual."""
+    script = ("curl -s -o /dev/null http://example.test/a; curl -s -o /dev/null "
+              "http://example.test/b; curl -s -o /dev/null http://other.test:8080/; "
+              "curl -s -o /dev/null http://10.1.2.3/")
+    # the upstreams are a closed port: what is learned is what was asked
+    ups = ["--upstream", "example.test:80=127.0.0.1:1", "--upstream", "other.test:8080=127.0.0.1:1"]
+    p = airlock("sandbox", "run", "--network", "learn", *ups, "--", "sh", "-c", script,
+                timeout=120)
+    assert p.returncode == 0, p
+    assert err(p) == (
+        "airlock: warning: --network learn: the rules this command needed:\n"
+        "airlock: warning:   --allow example.test\n"
+        "airlock: warning:   --allow other.test:8080\n"
+        "airlock: warning: the gateway refused 1 request (the audit log has each):\n"
+        "airlock: warning:   10.1.2.3:80  1x  10.1.2.3 is a refused address: private  "
+        "(to allow it: allow_cidrs: [10.1.2.3/32] in a --policy file)\n"), err(p)
+    sid = airlock("sandbox", "create", "--network", "learn", *ups, check=True).stdout.decode().strip()
+    try:
+        assert json.loads(airlock("sandbox", "inspect", sid, "--json",
+                                  check=True).stdout)["network"] == "learn"
+        p = airlock("sandbox", "exec", sid, "--", "curl", "-s", "-o", "/dev/null",
+                    "http://other.test:8080/")
+        assert err(p) == ("airlock: warning: --network learn: the rules this command needed:\n"
+                          "airlock: warning:   --allow other.test:8080\n"), err(p)
+    finally:
+        airlock("sandbox", "destroy", sid, check=True)
+    p = airlock("sandbox", "run", "--network", "lern", "--", "true")
+    assert (p.returncode, err(p)) == (
+        125, "airlock: --network wants none, restricted, open or learn, not 'lern'\n")
