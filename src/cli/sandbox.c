@@ -221,6 +221,7 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 			o->spec.image = optarg;
 			break;
 		case OPT_NETWORK:
+			o->spec.learn = false; /* the last --network wins */
 			if (strcmp(optarg, "none") == 0)
 				o->spec.network = SBX_NETWORK_NONE;
 			else if (strcmp(optarg, "restricted") == 0)
@@ -436,11 +437,15 @@ struct denial {
  * After a command: what the gateway refused it (the audit lines from off
  * on, fd read with pread), one line per host, port and reason, with what
  * would allow it. The audit log has it all; this is where people look.
- * exact: the gateway is gone and has written every count (a `run`); a
- * persistent sandbox's gateway writes a repeat's count up to 10 s later,
- * so after an exec the counts are left out.
+ * Only sandbox's lines (an --audit FILE may be shared). exact: the gateway
+ * is gone and has written every count (a `run`); a persistent sandbox's
+ * gateway writes a repeat's count up to 10 s later (and maybe one of an
+ * earlier command's), so after an exec the counts and those lines are
+ * left out. DNS answers refused are not requests. where: what keeps each
+ * line, for the message.
  */
-static void report_denials(int fd, off_t off, bool exact, bool learn)
+static void report_denials(int fd, off_t off, const char *sandbox, bool exact, bool learn,
+			   const char *where)
 {
 	enum { MAX_KINDS = 32, MAX_READ = 16 << 20 };
 	struct denial d[MAX_KINDS], learned[MAX_KINDS];
@@ -451,7 +456,12 @@ static void report_denials(int fd, off_t off, bool exact, bool learn)
 	if (!buf)
 		return;
 	size_t have = 0;
-	for (off_t done = 0; done < MAX_READ;) {
+	bool cut = false, skip = false;
+	for (off_t done = 0;;) {
+		if (done >= MAX_READ) {
+			cut = true;
+			break;
+		}
 		ssize_t k = pread(fd, buf + have, 65536 - have, off + done);
 		if (k < 0 && errno == EINTR)
 			continue;
@@ -461,9 +471,27 @@ static void report_denials(int fd, off_t off, bool exact, bool learn)
 		have += (size_t)k;
 		buf[have] = '\0';
 		char *line = buf, *nl;
+		if (skip) {
+			/* The rest of a line too long to read: up to its end. */
+			nl = memchr(buf, '\n', have);
+			if (!nl) {
+				have = 0;
+				continue;
+			}
+			line = nl + 1;
+			skip = false;
+		}
 		while ((nl = memchr(line, '\n', have - (size_t)(line - buf)))) {
 			*nl = '\0';
-			char dec[16], num[24], host[256], reason[256], rule[8];
+			char dec[16], num[24], host[256], reason[256], rule[8], who[40], kind[16];
+			bool mine = !sandbox || (audit_field(line, "sandbox", who, sizeof(who)) &&
+						 strcmp(who, sandbox) == 0);
+			bool dns = audit_field(line, "kind", kind, sizeof(kind)) &&
+				   strcmp(kind, "dns") == 0;
+			if (!mine || dns || (!exact && strstr(line, ",\"repeated\":"))) {
+				line = nl + 1;
+				continue;
+			}
 			/* --network learn: what went out by the open network's own
 			 * allowing (rule "open"), not a rule of the policy's, is what
 			 * rules must allow. */
@@ -492,8 +520,11 @@ static void report_denials(int fd, off_t off, bool exact, bool learn)
 			}
 			if (audit_field(line, "decision", dec, sizeof(dec)) &&
 			    strcmp(dec, "deny") == 0 &&
-			    audit_field(line, "host", host, sizeof(host)) &&
 			    audit_field(line, "reason", reason, sizeof(reason))) {
+				/* A request with no host (malformed, one connection too
+				 * many) is refused too. */
+				if (!audit_field(line, "host", host, sizeof(host)))
+					snprintf(host, sizeof(host), "(no host)");
 				unsigned port = 0;
 				uint64_t v, times = 1;
 				if (audit_field(line, "port", num, sizeof(num)) &&
@@ -525,6 +556,7 @@ static void report_denials(int fd, off_t off, bool exact, bool learn)
 		size_t rest = have - (size_t)(line - buf);
 		if (rest == 65536) {
 			rest = 0;
+			skip = true;
 		}
 		memmove(buf, line, rest);
 		have = rest;
@@ -540,13 +572,17 @@ static void report_denials(int fd, off_t off, bool exact, bool learn)
 		if (more_learned)
 			log_warning("  and more (the audit log has each)");
 	}
+	if (cut)
+		log_warning("more than %d MiB of the gateway's audit lines: what follows is of "
+			    "the first only (%s)",
+			    MAX_READ >> 20, where);
 	if (total == 0)
 		return;
 	if (exact)
-		log_warning("the gateway refused %" PRIu64 " request%s (the audit log has each):",
-			    total, total == 1 ? "" : "s");
+		log_warning("the gateway refused %" PRIu64 " request%s (%s):", total,
+			    total == 1 ? "" : "s", where);
 	else
-		log_warning("the gateway refused requests (the audit log has each):");
+		log_warning("the gateway refused requests (%s):", where);
 	for (size_t i = 0; i < nd; i++) {
 		char hint[256], times[32] = "";
 		bool hinted = denial_hint(d[i].reason, d[i].host, d[i].port, hint, sizeof(hint));
@@ -671,11 +707,14 @@ static int do_run(int argc, char **argv)
 			n.audit_fd = fcntl(audit_rd, F_DUPFD_CLOEXEC, 3);
 	}
 	r = sbx_run(&set, &o.spec, cmd, &o.exec, &res, &err);
+	char n_id[sizeof(n.sandbox_id)];
+	memcpy(n_id, n.sandbox_id, sizeof(n_id));
 	ctl_net_done(&n, false);
 	if (r < 0)
 		return cli_fail("%s", al_error_message(&err));
 	if (audit_rd >= 0)
-		report_denials(audit_rd, audit_from, true, o.spec.learn);
+		report_denials(audit_rd, audit_from, n_id[0] ? n_id : NULL, true, o.spec.learn,
+			       o.audit ? "the audit log has each" : "--audit FILE keeps each");
 	return report(&res);
 }
 
@@ -770,7 +809,7 @@ static int do_exec(int argc, char **argv)
 	if (sbx_exec(&set, id, cmd, &o.exec, &res, &err) < 0)
 		return cli_fail("%s", al_error_message(&err));
 	if (audit_rd >= 0)
-		report_denials(audit_rd, ast.st_size, false, learn);
+		report_denials(audit_rd, ast.st_size, id, false, learn, "the audit log has each");
 	return report(&res);
 }
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 #include "common/denial.h"
 
+#include <arpa/inet.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,19 +11,37 @@ static bool starts(const char *s, const char *prefix)
 	return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
+/* An IP address as the gateway writes one (IPv6 in brackets or not), into
+ * out without brackets; false for anything else (a host name). */
+static bool ip_literal(const char *s, size_t len, char *out, size_t size, bool *v6)
+{
+	if (len >= 2 && s[0] == '[' && s[len - 1] == ']')
+		s++, len -= 2;
+	if (len == 0 || len >= size)
+		return false;
+	memcpy(out, s, len);
+	out[len] = '\0';
+	unsigned char buf[16];
+	*v6 = strchr(out, ':') != NULL;
+	return inet_pton(*v6 ? AF_INET6 : AF_INET, out, buf) == 1;
+}
+
 int denial_hint(const char *reason, const char *host, unsigned port, char *out, size_t size)
 {
 	if (!reason || !host || !*host || size == 0)
 		return 0;
 	if (starts(reason, "no rule allows this host") ||
 	    starts(reason, "no rule allows this request")) {
-		/* A rule names its host; a port other than the scheme's own too. */
-		bool v6 = strchr(host, ':') != NULL;
-		int n = port == 443 || port == 80 || port == 0 ?
-				snprintf(out, size, "--allow %s%s%s", v6 ? "[" : "", host,
-					 v6 ? "]" : "") :
-				snprintf(out, size, "--allow %s%s%s:%u", v6 ? "[" : "", host,
-					 v6 ? "]" : "", port);
+		/* A rule names its host and, so as to allow no more, the port
+		 * asked for (a rule without one allows every port). An IPv6
+		 * literal in brackets, once. */
+		char ip[64];
+		bool v6 = false;
+		bool lit = ip_literal(host, strlen(host), ip, sizeof(ip), &v6);
+		int n = port ? snprintf(out, size, "--allow %s%s%s:%u", lit && v6 ? "[" : "",
+					lit ? ip : host, lit && v6 ? "]" : "", port) :
+			       snprintf(out, size, "--allow %s%s%s", lit && v6 ? "[" : "",
+					lit ? ip : host, lit && v6 ? "]" : "");
 		return n > 0 && (size_t)n < size;
 	}
 	/* The address vetting: only the ranges an operator may open. */
@@ -35,15 +54,16 @@ int denial_hint(const char *reason, const char *host, unsigned port, char *out, 
 						NULL };
 	for (size_t i = 0; openable[i]; i++)
 		if (starts(kind, openable[i])) {
-			/* "ADDR is a refused address": the address itself. */
+			/* "ADDR is a refused address": the address itself, when it
+			 * is one (a static name of the policy's is not). */
 			const char *sp = strchr(reason, ' ');
-			bool named = sp && starts(sp, " is a refused address");
+			char ip[64];
+			bool v6 = false;
+			bool named = sp && starts(sp, " is a refused address") &&
+				     ip_literal(reason, (size_t)(sp - reason), ip, sizeof(ip), &v6);
 			int n = named ? snprintf(out, size,
-						 "allow_cidrs: [%.*s/%s] in a --policy file",
-						 (int)(sp - reason), reason,
-						 memchr(reason, ':', (size_t)(sp - reason)) ?
-							 "128" :
-							 "32") :
+						 "allow_cidrs: [%s/%s] in a --policy file", ip,
+						 v6 ? "128" : "32") :
 					snprintf(out, size,
 						 "allow_cidrs: [its address's range] in a --policy "
 						 "file");

@@ -32,6 +32,7 @@ static int net_ready(const struct sbx_net_fds *fds, const char *id, const char *
 		     void *ud)
 {
 	struct ctl_net *n = ud;
+	snprintf(n->sandbox_id, sizeof(n->sandbox_id), "%s", id);
 	_cleanup_close_ int own = -1;
 	int audit_fd = n->audit_fd;
 	if (audit_fd < 0) {

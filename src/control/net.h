@@ -42,6 +42,7 @@ struct ctl_net {
 	bool started;
 	char **env; /* the caller's environment, then the gateway's */
 	int audit_fd;
+	char sandbox_id[32];  /* once the sandbox exists: whose lines its audit log holds */
 	struct al_error *err; /* the sandbox call's: the gateway's reason reaches it */
 };
 

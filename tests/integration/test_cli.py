@@ -309,11 +309,11 @@ def test_denials_are_summed_up_where_users_look(airlock):
         "airlock: no rule allows this request\n"
         "airlock: to allow it: --allow deb.debian.org:8080\n")
     assert err(p) == (
-        "airlock: warning: the gateway refused 5 requests (the audit log has each):\n"
+        "airlock: warning: the gateway refused 5 requests (--audit FILE keeps each):\n"
         "airlock: warning:   10.1.2.3:80  1x  10.1.2.3 is a refused address: private  "
         "(to allow it: allow_cidrs: [10.1.2.3/32] in a --policy file)\n"
         "airlock: warning:   deb.debian.org:443  3x  no rule allows this host  "
-        "(to allow it: --allow deb.debian.org)\n"
+        "(to allow it: --allow deb.debian.org:443)\n"
         "airlock: warning:   deb.debian.org:8080  1x  no rule allows this request  "
         "(to allow it: --allow deb.debian.org:8080)\n"), err(p)
     # nothing refused, nothing said
@@ -327,7 +327,7 @@ def test_denials_are_summed_up_where_users_look(airlock):
         assert err(p) == (
             "airlock: warning: the gateway refused requests (the audit log has each):\n"
             "airlock: warning:   deb.debian.org:443  no rule allows this host  "
-            "(to allow it: --allow deb.debian.org)\n"), err(p)
+            "(to allow it: --allow deb.debian.org:443)\n"), err(p)
         p = airlock("sandbox", "exec", sid, "--", "true")
         assert (p.returncode, p.stderr) == (0, b"")
     finally:
@@ -413,9 +413,9 @@ def test_network_learn_prints_the_rules_a_command_needed(airlock):
     assert p.returncode == 0, p
     assert err(p) == (
         "airlock: warning: --network learn: the rules this command needed:\n"
-        "airlock: warning:   --allow example.test\n"
+        "airlock: warning:   --allow example.test:80\n"
         "airlock: warning:   --allow other.test:8080\n"
-        "airlock: warning: the gateway refused 1 request (the audit log has each):\n"
+        "airlock: warning: the gateway refused 1 request (--audit FILE keeps each):\n"
         "airlock: warning:   10.1.2.3:80  1x  10.1.2.3 is a refused address: private  "
         "(to allow it: allow_cidrs: [10.1.2.3/32] in a --policy file)\n"), err(p)
     sid = airlock("sandbox", "create", "--network", "learn", *ups, check=True).stdout.decode().strip()

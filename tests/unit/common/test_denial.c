@@ -24,14 +24,20 @@ static void hint_is(const char *reason, const char *host, unsigned port, const c
 
 static void test_hints(void **state)
 {
-	hint_is("no rule allows this host", "deb.debian.org", 443, "--allow deb.debian.org");
-	hint_is("no rule allows this request", "deb.debian.org", 80, "--allow deb.debian.org");
+	hint_is("no rule allows this host", "deb.debian.org", 443, "--allow deb.debian.org:443");
+	hint_is("no rule allows this request", "deb.debian.org", 80, "--allow deb.debian.org:80");
 	hint_is("no rule allows this request", "example.com", 8080, "--allow example.com:8080");
-	hint_is("no rule allows this host", "2001:db8::1", 443, "--allow [2001:db8::1]");
+	/* The gateway writes an IPv6 host in brackets: once in the rule. */
+	hint_is("no rule allows this host", "[2001:db8::1]", 443, "--allow [2001:db8::1]:443");
+	hint_is("no rule allows this host", "2001:db8::1", 443, "--allow [2001:db8::1]:443");
+	hint_is("no rule allows this host", "example.com", 0, "--allow example.com");
 	hint_is("10.1.2.3 is a refused address: private", "10.1.2.3", 80,
 		"allow_cidrs: [10.1.2.3/32] in a --policy file");
-	hint_is("fd00::1 is a refused address: private", "fd00::1", 80,
+	hint_is("[fd00::1] is a refused address: private", "[fd00::1]", 80,
 		"allow_cidrs: [fd00::1/128] in a --policy file");
+	/* A static name of the policy's is no address to put in allow_cidrs. */
+	hint_is("internal.test is a refused address: private", "internal.test", 80,
+		"allow_cidrs: [its address's range] in a --policy file");
 	hint_is("registry.npmjs.org resolves to a refused address: documentation",
 		"registry.npmjs.org", 443, "allow_cidrs: [its address's range] in a --policy file");
 	/* What no option opens: the host itself, metadata, loopback, a deny
