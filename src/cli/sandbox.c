@@ -991,17 +991,35 @@ static int gateway_sock(const struct sbx_settings *set, const char *id, char *ou
 	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
+/* The sandbox typed (a prefix too) and its gateway's control socket; 0, or
+ * an exit status after a message. */
+static int gateway_of(const char *typed, char id[SBX_ID_LEN + 1], char *sock, size_t size)
+{
+	struct sbx_settings set;
+	if (settings(&set) || resolve(&set, typed, id))
+		return EXIT_AIRLOCK_ERROR;
+	if (gateway_sock(&set, id, sock, size) < 0)
+		return cli_fail("state directory path too long");
+	return 0;
+}
+
+/* What a request to the gateway of sandbox id that failed with r says. */
+static int gateway_fail(const char *id, int r, const char *msg)
+{
+	if (r == -ENOENT || r == -ECONNREFUSED)
+		return cli_fail("sandbox %s has no gateway (no such sandbox, or --network none)",
+				id);
+	return cli_fail("%s", msg);
+}
+
 static int do_policy(int argc, char **argv)
 {
 	if (argc != 3)
 		return cli_fail("usage: airlock sandbox policy ID FILE");
-	struct sbx_settings set;
-	char id[SBX_ID_LEN + 1];
-	if (settings(&set) || resolve(&set, argv[1], id))
-		return EXIT_AIRLOCK_ERROR;
-	char sock[4096];
-	if (gateway_sock(&set, id, sock, sizeof(sock)) < 0)
-		return cli_fail("state directory path too long");
+	char id[SBX_ID_LEN + 1], sock[4096];
+	int g = gateway_of(argv[1], id, sock, sizeof(sock));
+	if (g)
+		return g;
 	char *text = NULL;
 	size_t len = 0;
 	int r = read_file_bounded(AT_FDCWD, argv[2], 1024 * 1024, &text, &len);
@@ -1013,16 +1031,12 @@ static int do_policy(int argc, char **argv)
 	r = gw_set_policy(sock, text, len, &gen, &err);
 	free(text);
 	if (r < 0) {
-		if (r == -ENOENT || r == -ECONNREFUSED)
-			return cli_fail(
-				"sandbox %s has no gateway (no such sandbox, or --network none)",
-				id);
 		/* The gateway names the text it was sent "policy": the file it
 		 * came from is what the user can open. */
 		const char *m = al_error_message(&err);
-		if (strncmp(m, "policy:", 7) == 0)
+		if (strncmp(m, "policy:", 7) == 0 && r != -ENOENT && r != -ECONNREFUSED)
 			return cli_fail("%s:%s", argv[2], m + 7);
-		return cli_fail("%s", m);
+		return gateway_fail(id, r, m);
 	}
 	printf("policy generation %" PRIu64 "\n", gen);
 	return 0;
@@ -1064,23 +1078,15 @@ static int do_budget(int argc, char **argv)
 			return cli_fail("%s", usage);
 		}
 	}
-	struct sbx_settings set;
-	char id[SBX_ID_LEN + 1];
-	if (settings(&set) || resolve(&set, argv[1], id))
-		return EXIT_AIRLOCK_ERROR;
-	char sock[4096];
-	if (gateway_sock(&set, id, sock, sizeof(sock)) < 0)
-		return cli_fail("state directory path too long");
+	char id[SBX_ID_LEN + 1], sock[4096];
+	int g = gateway_of(argv[1], id, sock, sizeof(sock));
+	if (g)
+		return g;
 	struct al_error err = { 0 };
 	struct gw_budget_used used;
 	int r = gw_set_budget(sock, max_requests, max_bytes, &used, &err);
-	if (r < 0) {
-		if (r == -ENOENT || r == -ECONNREFUSED)
-			return cli_fail(
-				"sandbox %s has no gateway (no such sandbox, or --network none)",
-				id);
-		return cli_fail("%s", al_error_message(&err));
-	}
+	if (r < 0)
+		return gateway_fail(id, r, al_error_message(&err));
 	printf("budget set; the previous one spent %" PRIu64 " requests, %" PRIu64 " bytes\n",
 	       used.requests, used.bytes);
 	return 0;

@@ -359,6 +359,36 @@ static void mx_expect(struct st_objstore *os, uint64_t read, uint64_t written, i
 	st_cas_close(c);
 }
 
+/* The merged index's first record (its offset and bytes), and which of
+ * the chunks from MX_PER on it is. */
+static int mx_first(const char *path, off_t *rec0, uint8_t first[32 + 20])
+{
+	int fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	uint8_t hdr[16 + 16];
+	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
+	uint32_t np = (uint32_t)hdr[16] | (uint32_t)hdr[17] << 8 | (uint32_t)hdr[18] << 16 |
+		      (uint32_t)hdr[19] << 24;
+	*rec0 = 32 + 1024 + (off_t)np * 32;
+	assert_int_equal(pread(fd, first, 32 + 20, *rec0), 32 + 20);
+	close(fd);
+	int victim = -1;
+	for (int i = MX_PER; i < mx_n; i++)
+		if (memcmp(mx_ids[i].b, first, 32) == 0)
+			victim = i;
+	assert_true(victim >= 0);
+	return victim;
+}
+
+/* Writes len bytes at off of path. */
+static void mx_poke(const char *path, off_t off, const void *data, size_t len)
+{
+	int fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, data, len, off), (ssize_t)len);
+	close(fd);
+}
+
 static void midx_path(char *path, size_t size)
 {
 	snprintf(path, size, "%s/tenants/t/midx/chunks", root);
@@ -458,23 +488,11 @@ static void test_merged_index(void **state)
 	c = mx_load(os, &st);
 	assert_int_equal(st.indexes_read, 0);
 	st_cas_close(c);
-	int fd = open(path, O_RDWR);
-	assert_true(fd >= 0);
-	uint8_t hdr[16 + 16];
-	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
-	uint32_t np = (uint32_t)hdr[16] | (uint32_t)hdr[17] << 8 | (uint32_t)hdr[18] << 16 |
-		      (uint32_t)hdr[19] << 24;
-	off_t rec0 = 32 + 1024 + (off_t)np * 32;
+	off_t rec0;
 	uint8_t first[32 + 20];
-	assert_int_equal(pread(fd, first, sizeof(first), rec0), (ssize_t)sizeof(first));
-	uint8_t bad[4] = { 0xff, 0xff, 0xff, 0x00 };
-	assert_int_equal(pwrite(fd, bad, 4, rec0 + 48), 4);
-	close(fd);
-	int victim = -1;
-	for (int i = MX_PER; i < mx_n; i++)
-		if (memcmp(mx_ids[i].b, first, 32) == 0)
-			victim = i;
-	assert_true(victim >= 0);
+	int victim = mx_first(path, &rec0, first);
+	static const uint8_t bad[4] = { 0xff, 0xff, 0xff, 0x00 };
+	mx_poke(path, rec0 + 48, bad, sizeof(bad));
 	c = mx_load(os, &st);
 	assert_int_equal(st.indexes_read, 0);
 	assert_false(st_cas_has(c, &mx_ids[victim]));
@@ -488,23 +506,11 @@ static void test_merged_index(void **state)
 	 * and the merged index is dropped (the next load writes it anew). */
 	unlink(path);
 	mx_expect(os, 26, 1, -1);
-	fd = open(path, O_RDWR);
-	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, hdr, sizeof(hdr), 0), (ssize_t)sizeof(hdr));
-	np = (uint32_t)hdr[16] | (uint32_t)hdr[17] << 8 | (uint32_t)hdr[18] << 16 |
-	     (uint32_t)hdr[19] << 24;
-	rec0 = 32 + 1024 + (off_t)np * 32;
-	assert_int_equal(pread(fd, first, sizeof(first), rec0), (ssize_t)sizeof(first));
+	victim = mx_first(path, &rec0, first);
 	uint8_t off8[8];
 	memcpy(off8, first + 32, 8);
 	off8[0] += 1;
-	assert_int_equal(pwrite(fd, off8, 8, rec0 + 32), 8);
-	close(fd);
-	victim = -1;
-	for (int i = MX_PER; i < mx_n; i++)
-		if (memcmp(mx_ids[i].b, first, 32) == 0)
-			victim = i;
-	assert_true(victim >= 0);
+	mx_poke(path, rec0 + 32, off8, sizeof(off8));
 	c = mx_load(os, &st);
 	assert_int_equal(st.indexes_read, 0);
 	assert_true(st_cas_has(c, &mx_ids[victim]));
