@@ -35,7 +35,8 @@
 #define DEFAULT_KEY "/var/lib/airlock/checkpoint.key"
 
 static const char usage[] =
-	"usage: airlock checkpoint create --workspace DIR [--session S] [--full]   prints the id\n"
+	"usage: airlock checkpoint create --workspace DIR [--session S] [--full] [--json]\n"
+	"                                      prints the id\n"
 	"                                      (--full: the whole tree, not a delta over the\n"
 	"                                      session's latest)\n"
 	"       airlock checkpoint create --upper DIR --lower ID [--userxattr] [--session S]\n"
@@ -51,18 +52,22 @@ static const char usage[] =
 	"                                      owner stay)\n"
 	"                                      (--owner: every entry, DIR too, is USER's; names or\n"
 	"                                      numbers; USER alone: with USER's primary group)\n"
-	"       airlock checkpoint diff A B [--names-only]\n"
-	"       airlock checkpoint ls ID\n"
-	"       airlock checkpoint latest [--session S]\n"
+	"       airlock checkpoint diff A B [--names-only | --json]\n"
+	"       airlock checkpoint ls ID [--json]\n"
+	"       airlock checkpoint latest [--session S] [--json]\n"
 	"       airlock checkpoint log [--session S] [--json]   the session's checkpoints,\n"
 	"                                      newest first, with when the session took\n"
 	"                                      each (made, or adopted by a fork)\n"
-	"       airlock checkpoint adopt ID --session S   (a fork: S starts from checkpoint ID)\n"
+	"       airlock checkpoint adopt ID --session S [--json]   (a fork: S starts from\n"
+	"                                      checkpoint ID)\n"
 	"       airlock checkpoint gc [--keep-last K] [--keep-days N] [--max-unused PCT]\n"
-	"                                      [--dry-run]   (PCT: rewrite packs more unused; 10)\n"
+	"                                      [--dry-run] [--json]   (PCT: rewrite packs\n"
+	"                                      more unused; 10)\n"
 	"       airlock checkpoint export ID -o FILE.tar   (-o -: standard output)\n"
 	"       airlock checkpoint import FILE.tar [--session S] [--max-bytes SIZE]\n"
-	"                                      [--max-files N] [--max-depth N]   prints the id\n"
+	"                                      [--max-files N] [--max-depth N] [--json]\n"
+	"                                      prints the id\n"
+	"--json: what the command prints, as one JSON value (docs/checkpoints.md)\n"
 	"An ID may be given as a unique prefix of at least 4 of its hex digits.\n"
 	"common options:\n"
 	"  --store DIR     the object store (default $AIRLOCK_STORE_DIR or " DEFAULT_STORE ")\n"
@@ -340,7 +345,15 @@ static int do_create(struct copts *o)
 	st_repo_close(r);
 	if (rc < 0)
 		return cli_fail("%s", al_error_message(&err));
-	printf("%s\n", res.id);
+	if (o->json)
+		printf("{\"id\":\"%s\",\"files\":%" PRIu64 ",\"files_read\":%" PRIu64
+		       ",\"files_unchanged\":%" PRIu64 ",\"dirs\":%" PRIu64 ",\"symlinks\":%" PRIu64
+		       ",\"skipped\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"chunks_new\":%" PRIu64
+		       ",\"bytes_new\":%" PRIu64 "}\n",
+		       res.id, res.files, res.files_read, res.files_reused, res.dirs, res.symlinks,
+		       res.skipped, res.bytes, res.chunks_new, res.bytes_new);
+	else
+		printf("%s\n", res.id);
 	fprintf(stderr,
 		"airlock: %" PRIu64 " files (%" PRIu64 " read, %" PRIu64 " unchanged), %" PRIu64
 		" directories, %" PRIu64 " symlinks, %" PRIu64 " skipped; %" PRIu64
@@ -599,6 +612,76 @@ static int do_restore(struct copts *o)
 	return rc;
 }
 
+/* The subcommands that take --json. */
+static bool json_command(const char *sub)
+{
+	static const char *const with[] = { "create", "import", "ls",	 "diff",
+					    "latest", "log",	"adopt", "gc" };
+	for (size_t i = 0; i < sizeof(with) / sizeof(with[0]); i++)
+		if (strcmp(sub, with[i]) == 0)
+			return true;
+	return false;
+}
+
+static const char *entry_type_name(enum st_entry_type t)
+{
+	return t == ST_DIR ? "dir" : t == ST_FILE ? "file" : "symlink";
+}
+
+/* One entry as `ls --json` gives it: type, path, mode, size, target. */
+static void entry_json(FILE *f, const struct st_entry *e)
+{
+	fprintf(f, "{\"type\":\"%s\",", entry_type_name(e->type));
+	cli_json_field(f, "path", e->path);
+	if (e->type == ST_SYMLINK) {
+		fputc(',', f);
+		cli_json_field(f, "target", e->target);
+	} else {
+		fprintf(f, ",\"mode\":\"%04o\"", (unsigned)e->mode);
+	}
+	if (e->type == ST_FILE)
+		fprintf(f, ",\"size\":%" PRIu64, e->size);
+	fputc('}', f);
+}
+
+static void ls_json(const struct st_manifest *m)
+{
+	fputs("[", stdout);
+	for (size_t i = 0; i < m->n_entries; i++) {
+		if (i)
+			fputc(',', stdout);
+		entry_json(stdout, &m->entries[i]);
+	}
+	fputs("]\n", stdout);
+}
+
+struct diff_json {
+	bool first;
+};
+
+/* {"change":"A","path":...,"before":null,"after":{entry}}: what was
+ * there in A and is in B, as `ls --json` shows entries. */
+static int diff_json_entry(char change, const struct st_entry *ea, const struct st_entry *eb,
+			   void *ud)
+{
+	struct diff_json *d = ud;
+	fprintf(stdout, "%s{\"change\":\"%c\",", d->first ? "" : ",", change);
+	d->first = false;
+	cli_json_field(stdout, "path", (eb ? eb : ea)->path);
+	fputs(",\"before\":", stdout);
+	if (ea)
+		entry_json(stdout, ea);
+	else
+		fputs("null", stdout);
+	fputs(",\"after\":", stdout);
+	if (eb)
+		entry_json(stdout, eb);
+	else
+		fputs("null", stdout);
+	fputc('}', stdout);
+	return ferror(stdout) ? -EIO : 0;
+}
+
 static int do_diff(struct copts *o)
 {
 	if (o->n_args != 2)
@@ -611,6 +694,17 @@ static int do_diff(struct copts *o)
 	if (rc) {
 		st_repo_close(r);
 		return rc;
+	}
+	if (o->json) {
+		struct al_error err = { 0 };
+		struct diff_json d = { .first = true };
+		fputs("[", stdout);
+		rc = st_diff_each(r, o->args[0], o->args[1], diff_json_entry, &d, &err);
+		st_repo_close(r);
+		if (rc < 0)
+			return cli_fail("%s", err.code ? al_error_message(&err) : "cannot write");
+		fputs("]\n", stdout);
+		return fflush(stdout) == 0 ? 0 : cli_fail("cannot write");
 	}
 	struct buf out = BUF_INIT(1u << 30);
 	struct al_error err = { 0 };
@@ -641,6 +735,11 @@ static int do_ls(struct copts *o)
 	st_repo_close(r);
 	if (rc < 0)
 		return cli_fail("%s", al_error_message(&err));
+	if (o->json) {
+		ls_json(m);
+		st_manifest_free(m);
+		return fflush(stdout) == 0 ? 0 : cli_fail("cannot write");
+	}
 	for (size_t i = 0; i < m->n_entries; i++) {
 		const struct st_entry *e = &m->entries[i];
 		if (e->type == ST_DIR)
@@ -676,7 +775,13 @@ static int do_latest(struct copts *o)
 		return cli_fail("%s", al_error_message(&err));
 	if (!id[0])
 		return cli_fail("session %s has no checkpoint", o->session);
-	printf("%s\n", id);
+	if (o->json) {
+		printf("{\"id\":\"%s\",", id);
+		cli_json_field(stdout, "session", o->session);
+		fputs("}\n", stdout);
+	} else {
+		printf("%s\n", id);
+	}
 	return 0;
 }
 
@@ -765,7 +870,13 @@ static int do_adopt(struct copts *o)
 	st_repo_close(r);
 	if (rc < 0)
 		return cli_fail("%s", al_error_message(&err));
-	printf("%s\n", o->args[0]);
+	if (o->json) {
+		printf("{\"id\":\"%s\",", o->args[0]);
+		cli_json_field(stdout, "session", o->session);
+		fputs("}\n", stdout);
+	} else {
+		printf("%s\n", o->args[0]);
+	}
 	return 0;
 }
 
@@ -871,7 +982,14 @@ static int do_import(struct copts *o)
 	st_repo_close(r);
 	if (rc < 0)
 		return cli_fail("%s", al_error_message(&err));
-	printf("%s\n", id);
+	if (o->json)
+		printf("{\"id\":\"%s\",\"files\":%" PRIu64 ",\"dirs\":%" PRIu64
+		       ",\"implied_dirs\":%" PRIu64 ",\"symlinks\":%" PRIu64 ",\"bytes\":%" PRIu64
+		       ",\"chunks_new\":%" PRIu64 ",\"bytes_new\":%" PRIu64 "}\n",
+		       id, rep.files, rep.dirs, rep.implied_dirs, rep.symlinks, rep.bytes,
+		       rep.chunks_new, rep.bytes_new);
+	else
+		printf("%s\n", id);
 	fprintf(stderr,
 		"airlock: %" PRIu64 " files, %" PRIu64 " directories (%" PRIu64
 		" not in the archive), %" PRIu64 " symlinks; %" PRIu64 " bytes, %" PRIu64
@@ -905,6 +1023,18 @@ static int do_gc(struct copts *o)
 	st_repo_close(r);
 	if (rc < 0)
 		return cli_fail("%s", al_error_message(&err));
+	if (o->json) {
+		printf("{\"dry_run\":%s,\"checkpoints_deleted\":%" PRIu64
+		       ",\"checkpoints_kept\":%" PRIu64 ",\"manifests_deleted\":%" PRIu64
+		       ",\"packs_deleted\":%" PRIu64 ",\"packs_orphan_deleted\":%" PRIu64
+		       ",\"packs_kept\":%" PRIu64 ",\"packs_partly_used\":%" PRIu64
+		       ",\"packs_rewritten\":%" PRIu64 ",\"temp_deleted\":%" PRIu64
+		       ",\"bytes_freed\":%" PRIu64 "}\n",
+		       go.dry_run ? "true" : "false", res.checkpoints_deleted, res.checkpoints_kept,
+		       res.manifests_deleted, res.packs_deleted, res.packs_orphan, res.packs_kept,
+		       res.packs_partial, res.packs_repacked, res.temp_deleted, res.bytes_freed);
+		return 0;
+	}
 	printf("gc%s: %" PRIu64 " checkpoints deleted, %" PRIu64 " kept; %" PRIu64
 	       " manifests deleted; %" PRIu64 " packs deleted, %" PRIu64
 	       " without an index deleted, %" PRIu64 " kept (%" PRIu64 " partly used), %" PRIu64
@@ -937,8 +1067,13 @@ int cmd_checkpoint(int argc, char **argv)
 		return cli_fail("-o (--output) is an option of `checkpoint export` only");
 	if (o.force && strcmp(sub, "restore") != 0)
 		return cli_fail("--force is an option of `checkpoint restore` only");
-	if (o.json && strcmp(sub, "log") != 0)
-		return cli_fail("--json is an option of `checkpoint log` only");
+	if (o.json && !json_command(sub))
+		return cli_fail(
+			"--json is an option of `checkpoint create`, `import`, `ls`, `diff`, "
+			"`latest`, `log`, `adopt` and `gc` only");
+	if (o.json && o.names_only)
+		return cli_fail(
+			"--json lists the changed paths alone: --names-only goes without it");
 	if (strcmp(sub, "gc") == 0)
 		return do_gc(&o);
 	if (strcmp(sub, "export") == 0)

@@ -191,3 +191,10 @@ int st_session_delete(struct st_repo *r, const char *session, struct al_error *e
  * text files when with_text) for checkpoint a -> b. */
 int st_diff(struct st_repo *r, const char *a, const char *b, bool with_text, struct buf *out,
 	    struct al_error *err);
+/* The same comparison, entry by entry: fn gets 'A' (eb alone), 'D' (ea
+ * alone) or 'M' (both) for each entry that differs, in path order; fn
+ * returning < 0 stops with that. */
+int st_diff_each(struct st_repo *r, const char *a, const char *b,
+		 int (*fn)(char change, const struct st_entry *ea, const struct st_entry *eb,
+			   void *ud),
+		 void *ud, struct al_error *err);

@@ -113,6 +113,63 @@ static int diff_text(struct st_repo *r, const struct st_entry *a, const struct s
 	return rc < 0 ? rc : 0;
 }
 
+/* The merge of two sorted trees: fn for each entry added, deleted or
+ * changed; ma, mb loaded. */
+static int diff_walk(const struct st_manifest *ma, const struct st_manifest *mb,
+		     int (*fn)(char change, const struct st_entry *ea, const struct st_entry *eb,
+			       void *ud),
+		     void *ud)
+{
+	size_t i = 0, j = 0;
+	int rc = 0;
+	while (rc == 0 && (i < ma->n_entries || j < mb->n_entries)) {
+		const struct st_entry *ea = i < ma->n_entries ? &ma->entries[i] : NULL;
+		const struct st_entry *eb = j < mb->n_entries ? &mb->entries[j] : NULL;
+		int c = !ea ? 1 : !eb ? -1 : st_path_cmp(ea->path, eb->path);
+		if (c < 0) {
+			rc = fn('D', ea, NULL, ud);
+			i++;
+		} else if (c > 0) {
+			rc = fn('A', NULL, eb, ud);
+			j++;
+		} else {
+			bool changed =
+				ea->type != eb->type || ea->mode != eb->mode ||
+				(ea->type == ST_FILE &&
+				 (ea->size != eb->size || !same_chunks(ea, eb))) ||
+				(ea->type == ST_SYMLINK && strcmp(ea->target, eb->target) != 0);
+			if (changed)
+				rc = fn('M', ea, eb, ud);
+			i++;
+			j++;
+		}
+	}
+	return rc;
+}
+
+struct diff_lines {
+	struct st_repo *r;
+	bool with_text;
+	struct buf *out;
+	struct al_error *err;
+};
+
+static int diff_line(char change, const struct st_entry *ea, const struct st_entry *eb, void *ud)
+{
+	struct diff_lines *d = ud;
+	char q[QPATH_MAX];
+	const struct st_entry *e = eb ? eb : ea;
+	int rc = buf_appendf(d->out, "%c %s\n", change, qpath(e->path, q, sizeof(q))) < 0 ?
+			 -ENOMEM :
+			 0;
+	if (rc == 0 && change == 'M' && d->with_text && ea->type == ST_FILE &&
+	    eb->type == ST_FILE && !same_chunks(ea, eb))
+		rc = diff_text(d->r, ea, eb, d->out, d->err);
+	if (rc == -ENOMEM)
+		rc = al_error_set(d->err, rc, "the diff is too large");
+	return rc;
+}
+
 int st_diff(struct st_repo *r, const char *a, const char *b, bool with_text, struct buf *out,
 	    struct al_error *err)
 {
@@ -124,42 +181,25 @@ int st_diff(struct st_repo *r, const char *a, const char *b, bool with_text, str
 	rc = st_manifest_load(r, a, NULL, &ma, err);
 	if (rc == 0)
 		rc = st_manifest_load(r, b, NULL, &mb, err);
-	size_t i = 0, j = 0;
-	char q[QPATH_MAX];
-	while (rc == 0 && (i < ma->n_entries || j < mb->n_entries)) {
-		const struct st_entry *ea = i < ma->n_entries ? &ma->entries[i] : NULL;
-		const struct st_entry *eb = j < mb->n_entries ? &mb->entries[j] : NULL;
-		int c = !ea ? 1 : !eb ? -1 : st_path_cmp(ea->path, eb->path);
-		if (c < 0) {
-			rc = buf_appendf(out, "D %s\n", qpath(ea->path, q, sizeof(q))) < 0 ?
-				     -ENOMEM :
-				     0;
-			i++;
-		} else if (c > 0) {
-			rc = buf_appendf(out, "A %s\n", qpath(eb->path, q, sizeof(q))) < 0 ?
-				     -ENOMEM :
-				     0;
-			j++;
-		} else {
-			bool changed =
-				ea->type != eb->type || ea->mode != eb->mode ||
-				(ea->type == ST_FILE &&
-				 (ea->size != eb->size || !same_chunks(ea, eb))) ||
-				(ea->type == ST_SYMLINK && strcmp(ea->target, eb->target) != 0);
-			if (changed) {
-				rc = buf_appendf(out, "M %s\n", qpath(eb->path, q, sizeof(q))) < 0 ?
-					     -ENOMEM :
-					     0;
-				if (rc == 0 && with_text && ea->type == ST_FILE &&
-				    eb->type == ST_FILE && !same_chunks(ea, eb))
-					rc = diff_text(r, ea, eb, out, err);
-			}
-			i++;
-			j++;
-		}
-		if (rc == -ENOMEM)
-			rc = al_error_set(err, rc, "the diff is too large");
-	}
+	struct diff_lines d = { .r = r, .with_text = with_text, .out = out, .err = err };
+	if (rc == 0)
+		rc = diff_walk(ma, mb, diff_line, &d);
+	st_manifest_free(ma);
+	st_manifest_free(mb);
+	return rc;
+}
+
+int st_diff_each(struct st_repo *r, const char *a, const char *b,
+		 int (*fn)(char change, const struct st_entry *ea, const struct st_entry *eb,
+			   void *ud),
+		 void *ud, struct al_error *err)
+{
+	struct st_manifest *ma = NULL, *mb = NULL;
+	int rc = st_manifest_load(r, a, NULL, &ma, err);
+	if (rc == 0)
+		rc = st_manifest_load(r, b, NULL, &mb, err);
+	if (rc == 0)
+		rc = diff_walk(ma, mb, fn, ud);
 	st_manifest_free(ma);
 	st_manifest_free(mb);
 	return rc;
