@@ -35,14 +35,13 @@
 #define DEFAULT_KEY "/var/lib/airlock/checkpoint.key"
 
 static const char usage[] =
-	"usage: airlock checkpoint create --workspace DIR [--session S] [--full] [--json]\n"
-	"                                      prints the id\n"
+	"usage: airlock checkpoint create --workspace DIR [--session S] [--full]   prints the id\n"
 	"                                      (--full: the whole tree, not a delta over the\n"
 	"                                      session's latest)\n"
 	"       airlock checkpoint create --upper DIR --lower ID [--userxattr] [--session S]\n"
 	"                                      (an overlayfs upper layer over checkpoint ID;\n"
 	"                                      --userxattr: the mount's option of that name)\n"
-	"                                      both: [--max-bytes SIZE] [--max-files N]\n"
+	"                                      both: [--json] [--max-bytes SIZE] [--max-files N]\n"
 	"                                      [--max-depth N] (refused before reading past them;\n"
 	"                                      a file's holes count)\n"
 	"       airlock checkpoint restore ID --to DIR [--owner USER[:GROUP]] [--force]\n"
