@@ -47,6 +47,8 @@ static void handover(uint8_t *data, size_t size)
 		check_str(o->allow[i], data, size);
 	for (size_t i = 0; i < o->n_upstream_cas; i++)
 		check_str(o->upstream_cas[i], data, size);
+	for (size_t i = 0; i < o->n_allow_cidrs; i++)
+		check_str(o->allow_cidrs[i], data, size);
 
 	struct buf b = BUF_INIT(GW_HANDOVER_MAX);
 	check(gw_handover_encode(&h, &b) == 0);
@@ -65,6 +67,8 @@ static void handover(uint8_t *data, size_t size)
 	same_list(again.opts.upstreams, again.opts.n_upstreams, o->upstreams, o->n_upstreams);
 	same_list(again.opts.upstream_cas, again.opts.n_upstream_cas, o->upstream_cas,
 		  o->n_upstream_cas);
+	same_list(again.opts.allow_cidrs, again.opts.n_allow_cidrs, o->allow_cidrs,
+		  o->n_allow_cidrs);
 	check(strcmp(again.env_bundle, h.env_bundle) == 0 && strcmp(again.env_ca, h.env_ca) == 0);
 	buf_free(&b);
 }

@@ -15,7 +15,7 @@
 
 #include "gateway/gateway.h"
 
-#define CLI_GW_MAX_LIST 256 /* each of --allow, --grant, --upstream, --upstream-ca */
+#define CLI_GW_MAX_LIST 256 /* each of --allow, --grant, --upstream, --upstream-ca, --allow-cidr */
 
 /* The gateway's options, as `sandbox run|create` and `gateway` take them. */
 struct cli_gw_opts {
@@ -29,6 +29,8 @@ struct cli_gw_opts {
 	size_t n_upstreams;
 	char *upstream_cas[CLI_GW_MAX_LIST];
 	size_t n_upstream_cas;
+	char *allow_cidrs[CLI_GW_MAX_LIST];
+	size_t n_allow_cidrs;
 	bool any; /* one of them was given */
 };
 
@@ -40,6 +42,7 @@ enum {
 	OPT_GW_UPSTREAM,
 	OPT_GW_UPSTREAM_CA,
 	OPT_GW_VAULT,
+	OPT_GW_ALLOW_CIDR, /* the last of them */
 };
 
 /*

@@ -37,6 +37,7 @@ static const struct cli_optdef gateway_optdefs[] = {
 static void gateway_usage(FILE *f)
 {
 	fputs("usage: airlock gateway --listen ADDR:PORT [--policy FILE] [--allow RULE]...\n"
+	      "                       [--allow-cidr CIDR]...\n"
 	      "                       [--grant github:OWNER/REPO]... [--upstream HOST:PORT=ADDR:PORT]...\n"
 	      "                       [--upstream-ca FILE]... [--vault FILE] [--mode restricted|open]\n"
 	      "                       [--audit FILE] [--ca-out FILE]\n"
@@ -90,6 +91,7 @@ int cmd_gateway(int argc, char **argv)
 		case OPT_GW_UPSTREAM:
 		case OPT_GW_UPSTREAM_CA:
 		case OPT_GW_VAULT:
+		case OPT_GW_ALLOW_CIDR:
 			r = cli_gw_option(&g, c, optarg);
 			if (r)
 				return r;

@@ -11,6 +11,9 @@
 
 const struct cli_optdef cli_gw_optdefs[] = {
 	{ "allow", OPT_GW_ALLOW, "RULE", "HOST[:PORT][/PATH-PREFIX] to allow (repeatable)" },
+	{ "allow-cidr", OPT_GW_ALLOW_CIDR, "CIDR",
+	  "let the gateway connect to addresses in CIDR it would refuse\n"
+	  "(10.1.2.3, 10.20.0.0/16: as allow_cidrs; repeatable)" },
 	{ "policy", OPT_GW_POLICY, "FILE", "the network policy (rules, credentials, limits ...)" },
 	{ "grant", OPT_GW_GRANT, "G",
 	  "github:OWNER/REPO the vault's GitHub credential may work on\n"
@@ -130,6 +133,9 @@ int cli_gw_option(struct cli_gw_opts *g, int opt, char *arg)
 		return list_add(g->upstreams, &g->n_upstreams, "--upstream", arg);
 	case OPT_GW_UPSTREAM_CA:
 		return list_add(g->upstream_cas, &g->n_upstream_cas, "--upstream-ca", arg);
+	case OPT_GW_ALLOW_CIDR:
+		/* Checked by the gateway, as an allow_cidrs entry is. */
+		return list_add(g->allow_cidrs, &g->n_allow_cidrs, "--allow-cidr", arg);
 	case OPT_GW_POLICY:
 		if (!*arg)
 			return cli_fail("--policy wants a file");
@@ -163,6 +169,8 @@ void cli_gw_fill(const struct cli_gw_opts *g, enum gw_mode mode, const char *lab
 		.n_upstreams = g->n_upstreams,
 		.upstream_cas = g->upstream_cas,
 		.n_upstream_cas = g->n_upstream_cas,
+		.allow_cidrs = g->allow_cidrs,
+		.n_allow_cidrs = g->n_allow_cidrs,
 		.vault_file = g->vault,
 	};
 }

@@ -108,8 +108,8 @@ static void sandbox_usage(FILE *f)
 	      "  airlock sandbox inspect ID [--json]\n"
 	      "  airlock sandbox destroy ID...\n"
 	      "  airlock sandbox audit ID                            print its gateway's audit log\n"
-	      "  airlock sandbox policy ID FILE                      replace its rules (a policy file's\n"
-	      "                                                      rules:) with a new generation\n"
+	      "  airlock sandbox policy ID FILE                      a new generation of its policy from\n"
+	      "                                                      a whole policy file (as --policy)\n"
 	      "  airlock sandbox budget ID [--requests N] [--bytes SIZE]\n"
 	      "                                                      a new egress budget (0: no limit),\n"
 	      "                                                      counted from zero\n"
@@ -163,7 +163,7 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 			name = optname;
 		}
 		li = -1;
-		bool is_gw = c >= OPT_GW_ALLOW && c <= OPT_GW_VAULT;
+		bool is_gw = c >= OPT_GW_ALLOW && c <= OPT_GW_ALLOW_CIDR;
 		bool is_spec = c == OPT_WORKSPACE || c == OPT_HOME || c == OPT_HOME_PATH ||
 			       c == OPT_LOWER || c == OPT_LAYER || c == OPT_IMAGE ||
 			       c == OPT_NETWORK || c == OPT_MEMORY || c == OPT_PIDS ||
@@ -303,8 +303,8 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 			if (o->network_given && o->spec.network == SBX_NETWORK_NONE)
 				return cli_fail(
 					"--network none leaves nothing for the gateway's options "
-					"(--allow, --policy, --grant, --upstream, --upstream-ca, "
-					"--vault, --audit) to do");
+					"(--allow, --allow-cidr, --policy, --grant, --upstream, "
+					"--upstream-ca, --vault, --audit) to do");
 			if (!o->network_given)
 				o->spec.network = SBX_NETWORK_RESTRICTED;
 		}
@@ -983,7 +983,8 @@ static int do_audit(int argc, char **argv)
 	return 0;
 }
 
-/* `sandbox policy ID FILE`: the sandbox's rules, replaced whole. */
+/* `sandbox policy ID FILE`: the sandbox's policy (rules, hosts,
+ * allow_cidrs) from a whole policy file, replaced whole. */
 /* The control socket of sandbox id's gateway. */
 static int gateway_sock(const struct sbx_settings *set, const char *id, char *out, size_t size)
 {

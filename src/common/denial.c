@@ -61,12 +61,14 @@ int denial_hint(const char *reason, const char *host, unsigned port, char *out, 
 			bool v6 = false;
 			bool named = sp && starts(sp, " is a refused address") &&
 				     ip_literal(reason, (size_t)(sp - reason), ip, sizeof(ip), &v6);
+			const char *bits = v6 ? "128" : "32";
 			int n = named ? snprintf(out, size,
-						 "allow_cidrs: [%s/%s] in a --policy file", ip,
-						 v6 ? "128" : "32") :
+						 "--allow-cidr %s/%s, or allow_cidrs: [%s/%s] in a "
+						 "--policy file",
+						 ip, bits, ip, bits) :
 					snprintf(out, size,
-						 "allow_cidrs: [its address's range] in a --policy "
-						 "file");
+						 "--allow-cidr with its address's range, or "
+						 "allow_cidrs in a --policy file");
 			return n > 0 && (size_t)n < size;
 		}
 	return 0;

@@ -58,6 +58,31 @@ static const struct range refused[] = {
 	{ "ff00::/8", "multicast" },
 };
 
+/* Never opened, whatever allow_cidrs says: an entry that overlaps one of
+ * these is refused where it is parsed, at start and in a running
+ * gateway's new generation alike. */
+static const struct range never[] = {
+	{ "0.0.0.0/8", "this network" },
+	{ "127.0.0.0/8", "loopback" },
+	{ "169.254.0.0/16", "link-local (cloud metadata)" },
+	{ "168.63.129.16/32", "Azure host services (WireServer)" },
+	{ "100.100.100.200/32", "cloud metadata (Alibaba Cloud)" },
+	{ "224.0.0.0/4", "multicast" },
+	{ "240.0.0.0/4", "reserved" },
+	{ "::/128", "unspecified" },
+	{ "::1/128", "loopback" },
+	{ "::/96", "IPv4-compatible (embeds an IPv4 address)" },
+	{ "::ffff:0:0/96", "IPv4-mapped (embeds an IPv4 address)" },
+	{ "::ffff:0:0:0/96", "IPv4-translated (embeds an IPv4 address)" },
+	{ "64:ff9b::/96", "NAT64 (embeds an IPv4 address)" },
+	{ "64:ff9b:1::/48", "local NAT64 (embeds an IPv4 address)" },
+	{ "fd00:ec2::254/128", "cloud metadata (AWS)" },
+	{ "fe80::/10", "link-local" },
+	{ "ff00::/8", "multicast" },
+};
+
+static bool contains(const struct gw_cidr *c, int family, const uint8_t *a);
+
 int gw_cidr_parse(const char *s, struct gw_cidr *ret)
 {
 	if (!s)
@@ -123,6 +148,24 @@ static bool contains(const struct gw_cidr *c, int family, const uint8_t *a)
 		return true;
 	uint8_t mask = (uint8_t)(0xffu << (8 - rest));
 	return (c->addr[full] & mask) == (a[full] & mask);
+}
+
+const char *gw_cidr_unopenable(const struct gw_cidr *c)
+{
+	for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++) {
+		struct gw_cidr n;
+		/* Our own table: should an entry not parse, nothing is opened. */
+		if (gw_cidr_parse(never[i].cidr, &n) < 0)
+			return never[i].why;
+		if (n.family != c->family)
+			continue;
+		/* Two ranges overlap when the wider holds the other's start. */
+		const struct gw_cidr *wide = n.prefix <= c->prefix ? &n : c;
+		const struct gw_cidr *narrow = wide == &n ? c : &n;
+		if (contains(wide, narrow->family, narrow->addr))
+			return never[i].why;
+	}
+	return NULL;
 }
 
 bool gw_cidr_contains(const struct gw_cidr *c, const struct sockaddr *sa)

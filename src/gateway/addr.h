@@ -24,6 +24,15 @@ struct gw_cidr {
  * must be zero. -EINVAL otherwise. */
 int gw_cidr_parse(const char *s, struct gw_cidr *ret);
 
+/*
+ * Whether an operator may open c (an allow_cidrs entry, --allow-cidr):
+ * NULL, or the range it overlaps that is never opened, by name ("loopback",
+ * "link-local (cloud metadata)", ...): loopback, "this network", link-local
+ * and the cloud metadata addresses, multicast, reserved, and the IPv6
+ * forms that embed an IPv4 address the host would connect to as IPv4.
+ */
+const char *gw_cidr_unopenable(const struct gw_cidr *c);
+
 /* Whether the address (AF_INET or AF_INET6 sockaddr) is inside c. */
 bool gw_cidr_contains(const struct gw_cidr *c, const struct sockaddr *sa);
 

@@ -338,6 +338,10 @@ static int parse_cred(const struct config_node *n, size_t index, struct gw_cred 
 	return 0;
 }
 
+/* A policy file's keys besides rules (gw_policy_from_doc's). */
+static const char *const policy_extra_keys[] = { "credentials", "upstreams", "hosts",
+						 "allow_cidrs", "limits",    NULL };
+
 static int parse_extras(const struct config_doc *doc, struct gw_config *cfg, struct al_error *err)
 {
 	const struct config_node *root = config_root(doc);
@@ -502,9 +506,144 @@ static int parse_extras(const struct config_doc *doc, struct gw_config *cfg, str
 			if (gw_cidr_parse(s, &cfg->cidrs[i]) < 0)
 				return config_error(config_seq_item(n, i), NULL, err,
 						    "expected an address or ADDR/PREFIX");
+			const char *never = gw_cidr_unopenable(&cfg->cidrs[i]);
+			if (never)
+				return config_error(config_seq_item(n, i), NULL, err,
+						    "%s overlaps %s, a range that is never opened",
+						    s, never);
 			cfg->n_cidrs = i + 1;
 		}
 	}
+	return 0;
+}
+
+/* --allow-cidr: each one as an allow_cidrs entry of the policy file. */
+static int add_allow_cidrs(struct gw_config *cfg, char *const *v, size_t n, struct al_error *err)
+{
+	if (n == 0)
+		return 0;
+	struct gw_cidr *c = realloc(cfg->cidrs, (cfg->n_cidrs + n) * sizeof(*c));
+	if (!c)
+		return al_error_set(err, -ENOMEM, "out of memory");
+	cfg->cidrs = c;
+	for (size_t i = 0; i < n; i++) {
+		struct gw_cidr *e = &cfg->cidrs[cfg->n_cidrs];
+		if (gw_cidr_parse(v[i], e) < 0)
+			return al_error_set(err, -EINVAL,
+					    "--allow-cidr %s: expected an address or ADDR/PREFIX",
+					    v[i]);
+		const char *never = gw_cidr_unopenable(e);
+		if (never)
+			return al_error_set(err, -EINVAL,
+					    "--allow-cidr %s: overlaps %s, a range that is never "
+					    "opened",
+					    v[i], never);
+		cfg->n_cidrs++;
+	}
+	return 0;
+}
+
+static bool cred_equal(const struct gw_cred *a, const struct gw_cred *b)
+{
+	if (strcmp(a->secret, b->secret) != 0 || strcmp(a->host, b->host) != 0 ||
+	    a->wildcard != b->wildcard || a->port != b->port || a->n_paths != b->n_paths ||
+	    a->kind != b->kind || strcmp(a->name, b->name) != 0 ||
+	    strcmp(a->prefix, b->prefix) != 0 || a->github != b->github ||
+	    strcmp(a->env, b->env) != 0 || strcmp(a->dummy, b->dummy) != 0)
+		return false;
+	for (size_t i = 0; i < a->n_paths; i++)
+		if (strcmp(a->paths[i], b->paths[i]) != 0)
+			return false;
+	return true;
+}
+
+static bool upstream_equal(const struct gw_upstream *a, const struct gw_upstream *b)
+{
+	return strcmp(a->host, b->host) == 0 && a->port == b->port && a->addr_len == b->addr_len &&
+	       memcmp(&a->addr, &b->addr, a->addr_len) == 0;
+}
+
+/* What a running gateway cannot take: the next generation's file names
+ * credentials, upstreams or limits otherwise than cur has them. */
+static int check_fixed(const struct gw_config *cur, const struct gw_config *next,
+		       const struct config_doc *doc, struct al_error *err)
+{
+	const struct config_node *root = config_root(doc);
+	if (config_node_is_null(root))
+		return 0;
+	const struct config_node *n = config_map_get(root, "credentials");
+	bool same = n && next->n_creds == cur->n_creds;
+	for (size_t i = 0; same && i < cur->n_creds; i++)
+		same = cred_equal(&next->creds[i], &cur->creds[i]);
+	if (n && !same)
+		return config_error(n, "credentials", err,
+				    "differ from the running sandbox's, and cannot change: its "
+				    "gateway read the vault once, before it dropped root, and the "
+				    "sandbox's environment holds their dummy values (leave them "
+				    "out, or as they were; a new sandbox takes new ones)");
+	n = config_map_get(root, "upstreams");
+	same = n && next->n_upstreams == cur->n_file_upstreams;
+	for (size_t i = 0; same && i < next->n_upstreams; i++) {
+		bool found = false;
+		for (size_t j = 0; !found && j < cur->n_file_upstreams; j++)
+			found = upstream_equal(&next->upstreams[i], &cur->upstreams[j]);
+		same = found;
+	}
+	if (n && !same)
+		return config_error(n, "upstreams", err,
+				    "differ from the running sandbox's, and cannot change: "
+				    "operator overrides are fixed when its gateway starts (leave "
+				    "them out, or as they were)");
+	n = config_map_get(root, "limits");
+	static const char *const keys[] = { "head_timeout",	"idle_timeout",	 "connect_timeout",
+					    "upstream_timeout", "write_timeout", "audit_max",
+					    "connections",	"buffers" };
+	const uint64_t was[] = { cur->head_ms,	cur->idle_ms,	cur->connect_ms, cur->upstream_ms,
+				 cur->write_ms, cur->audit_max, cur->max_conns,	 cur->buffer_max };
+	const uint64_t now[] = { next->head_ms,	    next->idle_ms,   next->connect_ms,
+				 next->upstream_ms, next->write_ms,  next->audit_max,
+				 next->max_conns,   next->buffer_max };
+	for (size_t i = 0; n && i < ARRAY_SIZE(keys); i++) {
+		const struct config_node *v = config_map_get(n, keys[i]);
+		if (v && was[i] != now[i])
+			return config_error(v, NULL, err,
+					    "differs from the running sandbox's, and cannot "
+					    "change: limits are fixed when its gateway starts "
+					    "(leave them out, or as they were)");
+	}
+	return 0;
+}
+
+int gw_config_next(const struct gw_config *cur, const char *name, const char *text, size_t len,
+		   uint64_t generation, struct gw_config **ret, struct al_error *err)
+{
+	_cleanup_(gw_config_freep) struct gw_config *cfg = calloc(1, sizeof(*cfg));
+	if (!cfg)
+		return al_error_set(err, -ENOMEM, "out of memory");
+	/* Limits the file leaves out are the running ones: compared below. */
+	cfg->mode = cur->mode;
+	cfg->head_ms = cur->head_ms;
+	cfg->idle_ms = cur->idle_ms;
+	cfg->connect_ms = cur->connect_ms;
+	cfg->upstream_ms = cur->upstream_ms;
+	cfg->write_ms = cur->write_ms;
+	cfg->audit_max = cur->audit_max;
+	cfg->max_conns = cur->max_conns;
+	cfg->buffer_max = cur->buffer_max;
+	_cleanup_config_doc_ struct config_doc *doc = NULL;
+	int rc = config_load_string(name, text, len, &doc, err);
+	if (rc < 0)
+		return rc;
+	rc = gw_policy_from_doc(doc, policy_extra_keys, generation, &cfg->policy, err);
+	if (rc < 0)
+		return rc;
+	rc = parse_extras(doc, cfg, err);
+	if (rc < 0)
+		return rc;
+	rc = check_fixed(cur, cfg, doc, err);
+	if (rc < 0)
+		return rc;
+	*ret = TAKE_PTR(cfg);
 	return 0;
 }
 
@@ -533,20 +672,22 @@ int gw_config_build(const struct gw_options *o, struct gw_config **ret, struct a
 							 o->policy_text, o->policy_len, &doc, err);
 		if (rc < 0)
 			return rc;
-		static const char *const extra[] = { "credentials", "upstreams", "hosts",
-						     "allow_cidrs", "limits",	 NULL };
-		rc = gw_policy_from_doc(doc, extra, 1, &cfg->policy, err);
+		rc = gw_policy_from_doc(doc, policy_extra_keys, 1, &cfg->policy, err);
 		if (rc < 0)
 			return rc;
 		rc = parse_extras(doc, cfg, err);
 		if (rc < 0)
 			return rc;
+		cfg->n_file_upstreams = cfg->n_upstreams;
 	} else {
 		cfg->policy = calloc(1, sizeof(*cfg->policy));
 		if (!cfg->policy)
 			return al_error_set(err, -ENOMEM, "out of memory");
 		cfg->policy->generation = 1;
 	}
+	rc = add_allow_cidrs(cfg, o->allow_cidrs, o->n_allow_cidrs, err);
+	if (rc < 0)
+		return rc;
 	for (size_t i = 0; i < o->n_allow; i++) {
 		char id[32];
 		snprintf(id, sizeof(id), "allow-%zu", i + 1);

@@ -188,13 +188,21 @@ static int set_policy(struct gw_engine *e, const uint8_t *text, size_t len, uint
 		      struct al_error *err)
 {
 	uint64_t gen = (e->policy ? e->policy->generation : 0) + 1;
-	struct gw_policy *p = NULL;
-	int r = gw_policy_parse("policy", (const char *)text, len, gen, &p, err);
+	struct gw_config *next = NULL;
+	int r = gw_config_next(e->cfg, "policy", (const char *)text, len, gen, &next, err);
 	if (r < 0)
 		return r;
-	gw_policy_free(e->owned_policy);
-	e->owned_policy = p;
-	e->policy = p;
+	/* Rules, hosts and allow_cidrs change together, between two events:
+	 * no decision sees half of a generation. */
+	gw_config_free(e->owned_gen);
+	e->owned_gen = next;
+	e->gen = next;
+	e->policy = next->policy;
+	/* Idle upstream connections were vetted under the old generation:
+	 * none is taken again (gw_upstream_start), so none is kept. */
+	for (struct gw_sbx *s = e->sandboxes; s; s = s->next)
+		while (s->pool)
+			gw_pooled_free(s->pool);
 	*ret_gen = gen;
 	return 0;
 }
@@ -376,6 +384,7 @@ int gw_engine_new(const struct gw_engine_opts *o, struct gw_engine **ret, struct
 		return al_error_set(err, -ENOMEM, "out of memory");
 	e->cfg = o->cfg;
 	e->policy = o->cfg->policy;
+	e->gen = o->cfg;
 	e->bundle = o->system_bundle;
 	e->bundle_len = o->system_bundle_len;
 	e->store = o->upstream_store;
@@ -468,7 +477,7 @@ void gw_engine_free(struct gw_engine *e)
 		event_base_free(e->base);
 	gw_vault_free(e->vault);
 	gw_ca_free(e->ca);
-	gw_policy_free(e->owned_policy);
+	gw_config_free(e->owned_gen);
 	free(e->own);
 	free(e->bundle);
 	free(e);

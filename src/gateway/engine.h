@@ -65,8 +65,11 @@ struct gw_engine {
 	struct event_base *base;
 	struct evdns_base *dns;
 	const struct gw_config *cfg;
-	const struct gw_policy *policy; /* the current generation */
-	struct gw_policy *owned_policy; /* when it came later (GW_IPC_POLICY) */
+	const struct gw_policy *policy; /* the current generation's rules */
+	/* The current generation: its policy, hosts and cidrs (cfg itself,
+	 * until one comes later over GW_IPC_POLICY: owned_gen). */
+	const struct gw_config *gen;
+	struct gw_config *owned_gen;
 	struct gw_vault *vault;
 	struct gw_ca *ca;
 	SSL_CTX *srv_ctx, *up_ctx;
@@ -186,7 +189,8 @@ struct pooled {
 	char host[GW_HOST_MAX + 3];
 	uint16_t port;
 	bool tls;
-	bool cred; /* it has carried a credential: only credentialed requests take it */
+	bool cred;    /* it has carried a credential: only credentialed requests take it */
+	uint64_t gen; /* the policy generation that vetted its address */
 	struct pooled *next;
 };
 
@@ -251,6 +255,7 @@ struct conn {
 	 * what it sends may be the answer to that request: it then serves
 	 * only requests whose responses are redacted. */
 	bool up_cred;
+	uint64_t up_gen; /* the policy generation that vetted its address */
 	/* The upstream ended (1: EOF, 2: error or timeout) while bytes it sent
 	 * may still wait in its input buffer for the client. */
 	int up_gone;

@@ -64,6 +64,8 @@ struct gw_options {
 	size_t n_upstreams;
 	char *const *upstream_cas; /* --upstream-ca FILE (PEM) */
 	size_t n_upstream_cas;
+	char *const *allow_cidrs; /* --allow-cidr CIDR: as a policy file's allow_cidrs */
+	size_t n_allow_cidrs;
 	const char *vault_file; /* NULL: no credentials */
 	bool policy_only;	/* checking a configuration: credentials need no vault yet */
 	bool many_clients;	/* `airlock gateway`: one listener for a whole host, so
@@ -153,10 +155,14 @@ int gw_attach(struct gw_proc *gp, const char *sandbox_id, const struct gw_listen
 	      int audit_fd, int watch_pidfd, struct al_error *err);
 
 /*
- * Replaces the rules of the sandbox served behind the control socket at
- * path (struct gw_listeners.control) with those in the YAML text (a policy
- * file's "rules"): the new generation replaces the old one whole, or the
- * old one stays and err says why. *ret_generation: the new generation.
+ * Gives the sandbox served behind the control socket at path (struct
+ * gw_listeners.control) the policy in the YAML text, a whole policy file
+ * as --policy takes it: its rules, hosts and allow_cidrs become the next
+ * generation, which replaces the old one whole; credentials, upstreams and
+ * limits were fixed when the gateway started and may only be left out or
+ * repeated as they are. Otherwise the old generation stays and err says
+ * why (messages name the text "policy"). *ret_generation: the new
+ * generation.
  */
 int gw_set_policy(const char *control_path, const char *text, size_t len, uint64_t *ret_generation,
 		  struct al_error *err);

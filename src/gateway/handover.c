@@ -23,6 +23,7 @@ enum {
 	TAG_PARENT,	  /* u32 */
 	TAG_ENV_BUNDLE,	  /* string */
 	TAG_ENV_CA,	  /* string */
+	TAG_ALLOW_CIDR,	  /* string, repeated */
 	TAG_COUNT,
 };
 
@@ -114,6 +115,8 @@ int gw_handover_encode(const struct gw_handover *h, struct buf *out)
 		r = put_list(out, TAG_UPSTREAM, o->upstreams, o->n_upstreams);
 	if (r == 0)
 		r = put_list(out, TAG_UPSTREAM_CA, o->upstream_cas, o->n_upstream_cas);
+	if (r == 0)
+		r = put_list(out, TAG_ALLOW_CIDR, o->allow_cidrs, o->n_allow_cidrs);
 	if (r == 0 && o->vault_file)
 		r = put_str(out, TAG_VAULT, o->vault_file);
 	if (r == 0)
@@ -228,7 +231,7 @@ int gw_handover_decode(uint8_t *data, size_t len, struct gw_handover *ret)
 			break;
 		}
 		bool repeated = r.tag == TAG_ALLOW || r.tag == TAG_GRANT || r.tag == TAG_UPSTREAM ||
-				r.tag == TAG_UPSTREAM_CA;
+				r.tag == TAG_UPSTREAM_CA || r.tag == TAG_ALLOW_CIDR;
 		if (seen[r.tag] && !repeated) {
 			rc = -EBADMSG;
 			break;
@@ -266,6 +269,9 @@ int gw_handover_decode(uint8_t *data, size_t len, struct gw_handover *ret)
 			break;
 		case TAG_UPSTREAM_CA:
 			rc = add(h->upstream_cas, &o->n_upstream_cas, &r);
+			break;
+		case TAG_ALLOW_CIDR:
+			rc = add(h->allow_cidrs, &o->n_allow_cidrs, &r);
 			break;
 		case TAG_VAULT:
 			rc = get_str(&r, &o->vault_file);
@@ -324,6 +330,7 @@ int gw_handover_decode(uint8_t *data, size_t len, struct gw_handover *ret)
 	ret->opts.grants = ret->grants;
 	ret->opts.upstreams = ret->upstreams;
 	ret->opts.upstream_cas = ret->upstream_cas;
+	ret->opts.allow_cidrs = ret->allow_cidrs;
 	return 0;
 }
 

@@ -30,13 +30,13 @@
 #define GW_PROCESS_ARG "--handover"
 #define GW_PROCESS_FD 3
 
-#define GW_HANDOVER_LIST_MAX 256 /* entries of each list (--allow, --grant ...) */
+#define GW_HANDOVER_LIST_MAX 256 /* entries of each list (--allow, --allow-cidr ...) */
 #define GW_HANDOVER_STR_MAX 4096 /* bytes of a string, its NUL included */
 #define GW_HANDOVER_POLICY_MAX CONFIG_MAX_FILE_SIZE
 #define GW_HANDOVER_REC 5 /* a record's tag and length */
 #define GW_HANDOVER_MAX                                                       \
 	(GW_HANDOVER_POLICY_MAX +                                             \
-	 4 * GW_HANDOVER_LIST_MAX * (GW_HANDOVER_REC + GW_HANDOVER_STR_MAX) + \
+	 5 * GW_HANDOVER_LIST_MAX * (GW_HANDOVER_REC + GW_HANDOVER_STR_MAX) + \
 	 16 * (GW_HANDOVER_REC + GW_HANDOVER_STR_MAX))
 
 #define GW_READY_PEM_MAX (64 * 1024)
@@ -61,6 +61,7 @@ struct gw_handover {
 	char *grants[GW_HANDOVER_LIST_MAX];
 	char *upstreams[GW_HANDOVER_LIST_MAX];
 	char *upstream_cas[GW_HANDOVER_LIST_MAX];
+	char *allow_cidrs[GW_HANDOVER_LIST_MAX];
 };
 
 /* Appends the records of h to out (whose maximum should be

@@ -58,6 +58,7 @@ struct gw_config {
 	size_t n_creds;
 	struct gw_upstream *upstreams;
 	size_t n_upstreams;
+	size_t n_file_upstreams; /* the first of them: the policy file's */
 	struct gw_static_host *hosts;
 	size_t n_hosts;
 	struct gw_cidr *cidrs;
@@ -92,6 +93,17 @@ int gw_parse_sockaddr(const char *s, struct sockaddr_storage *ss, socklen_t *len
 const struct gw_upstream *gw_config_upstream(const struct gw_config *cfg, const char *host,
 					     uint16_t port);
 const struct gw_static_host *gw_config_static_host(const struct gw_config *cfg, const char *host);
+
+/*
+ * A running gateway's next generation, from a whole policy file (text,
+ * called name in messages) parsed as gw_config_build parses one: *ret's
+ * policy, hosts and cidrs are the generation (its other fields are cur's
+ * limits and nothing else). Credentials, upstreams and limits were fixed
+ * when cur was built: a file that names them otherwise than cur has them
+ * is refused, naming the key; left out, they stay.
+ */
+int gw_config_next(const struct gw_config *cur, const char *name, const char *text, size_t len,
+		   uint64_t generation, struct gw_config **ret, struct al_error *err);
 
 /* Every credential's secret is in the vault (the gateway checks at start). */
 int gw_config_check_vault(const struct gw_config *cfg, const struct gw_vault *v,

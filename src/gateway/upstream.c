@@ -83,6 +83,7 @@ void gw_release_upstream(struct conn *c)
 	p->port = c->up_port;
 	p->tls = c->up_tls;
 	p->cred = c->up_cred;
+	p->gen = c->up_gen;
 	p->next = c->s->pool;
 	c->s->pool = p;
 	c->s->n_pool++;
@@ -99,11 +100,12 @@ void gw_release_upstream(struct conn *c)
  * whether it carried a credential); one that carried a credential only for
  * a request with one. */
 static struct bufferevent *pool_take(struct gw_sbx *s, const char *host, uint16_t port, bool tls,
-				     bool credentialed, struct gw_watch **ret_w, bool *ret_cred)
+				     bool credentialed, uint64_t gen, struct gw_watch **ret_w,
+				     bool *ret_cred)
 {
 	for (struct pooled *p = s->pool; p; p = p->next)
 		if (p->port == port && p->tls == tls && strcmp(p->host, host) == 0 &&
-		    (!p->cred || credentialed) &&
+		    (!p->cred || credentialed) && p->gen == gen &&
 		    evbuffer_get_length(bufferevent_get_input(p->bev)) == 0) {
 			struct bufferevent *bev = p->bev;
 			p->bev = NULL;
@@ -254,8 +256,8 @@ static void up_event_cb(struct bufferevent *bev, short what, void *ud);
  */
 static bool vetted(struct conn *c, const struct sockaddr *sa, const char **ret_why)
 {
-	const struct gw_config *cfg = c->e->cfg;
-	if (!gw_addr_allowed(sa, cfg->cidrs, cfg->n_cidrs, ret_why))
+	const struct gw_config *gen = c->e->gen; /* the current generation's allow_cidrs */
+	if (!gw_addr_allowed(sa, gen->cidrs, gen->n_cidrs, ret_why))
 		return false;
 	int r = gw_addr_is_host(sa, c->e->own, c->e->n_own, c->e->bind_probe);
 	if (r == 0)
@@ -414,6 +416,8 @@ static void load_system_bundle(struct gw_engine *e)
 static void upstream_connect(struct conn *c, const struct sockaddr *sa, socklen_t len)
 {
 	struct gw_engine *e = c->e;
+	/* The generation whose allow_cidrs vetted sa (just now). */
+	c->up_gen = e->policy ? e->policy->generation : 0;
 	int opts = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
 	if (c->up_tls && e->bundle)
 		load_system_bundle(e);
@@ -517,13 +521,17 @@ void gw_upstream_start(struct conn *c)
 	struct gw_engine *e = c->e;
 	const struct gw_config *cfg = e->cfg;
 	bool credentialed = c->cred_name != NULL;
+	/* A connection vetted under an earlier generation is not used again:
+	 * the address of every request is vetted under the generation that
+	 * decided it (its allow_cidrs may have shrunk since). */
+	uint64_t gen = e->policy ? e->policy->generation : 0;
 	if (!budget_admit(c))
 		return;
 	/* The same upstream as the last request: go on on that connection,
 	 * if nothing came from it since its last response. */
 	if (c->ubev && c->up_reusable && strcmp(c->up_host, c->host) == 0 &&
 	    c->up_port == c->port && c->up_tls == c->ctls && (!c->up_cred || credentialed) &&
-	    evbuffer_get_length(bufferevent_get_input(c->ubev)) == 0) {
+	    c->up_gen == gen && evbuffer_get_length(bufferevent_get_input(c->ubev)) == 0) {
 		c->phase = P_FORWARD;
 		c->reused = true;
 		c->up_cred |= credentialed;
@@ -552,9 +560,10 @@ void gw_upstream_start(struct conn *c)
 	struct gw_watch *pw = NULL;
 	bool pooled_cred = false;
 	struct bufferevent *pooled =
-		pool_take(c->s, c->host, c->port, c->ctls, credentialed, &pw, &pooled_cred);
+		pool_take(c->s, c->host, c->port, c->ctls, credentialed, gen, &pw, &pooled_cred);
 	if (pooled) {
 		c->up_cred = pooled_cred;
+		c->up_gen = gen;
 		c->ubev = pooled;
 		c->w_up = pw;
 		if (c->ctls)
@@ -576,7 +585,7 @@ void gw_upstream_start(struct conn *c)
 	}
 	struct sockaddr_storage ss = { 0 };
 	socklen_t sl = 0;
-	const struct gw_static_host *sh = gw_config_static_host(cfg, c->host);
+	const struct gw_static_host *sh = gw_config_static_host(c->e->gen, c->host);
 	char lit[GW_HOST_MAX + 10];
 	if (sh) {
 		ss = sh->addr;

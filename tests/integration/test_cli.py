@@ -305,13 +305,15 @@ def test_denials_are_summed_up_where_users_look(airlock):
     assert p.returncode == 0, p
     assert p.stdout.decode() == (
         "airlock: 10.1.2.3 is a refused address: private (rule allow-1)\n"
-        "airlock: to allow it: allow_cidrs: [10.1.2.3/32] in a --policy file\n"
+        "airlock: to allow it: --allow-cidr 10.1.2.3/32, or allow_cidrs: [10.1.2.3/32] in a "
+        "--policy file\n"
         "airlock: no rule allows this request\n"
         "airlock: to allow it: --allow deb.debian.org:8080\n")
     assert err(p) == (
         "airlock: warning: the gateway refused 5 requests (--audit FILE keeps each):\n"
         "airlock: warning:   10.1.2.3:80  1x  10.1.2.3 is a refused address: private  "
-        "(to allow it: allow_cidrs: [10.1.2.3/32] in a --policy file)\n"
+        "(to allow it: --allow-cidr 10.1.2.3/32, or allow_cidrs: [10.1.2.3/32] in a --policy "
+        "file)\n"
         "airlock: warning:   deb.debian.org:443  3x  no rule allows this host  "
         "(to allow it: --allow deb.debian.org:443)\n"
         "airlock: warning:   deb.debian.org:8080  1x  no rule allows this request  "
@@ -417,7 +419,8 @@ def test_network_learn_prints_the_rules_a_command_needed(airlock):
         "airlock: warning:   --allow other.test:8080\n"
         "airlock: warning: the gateway refused 1 request (--audit FILE keeps each):\n"
         "airlock: warning:   10.1.2.3:80  1x  10.1.2.3 is a refused address: private  "
-        "(to allow it: allow_cidrs: [10.1.2.3/32] in a --policy file)\n"), err(p)
+        "(to allow it: --allow-cidr 10.1.2.3/32, or allow_cidrs: [10.1.2.3/32] in a --policy "
+        "file)\n"), err(p)
     sid = airlock("sandbox", "create", "--network", "learn", *ups, check=True).stdout.decode().strip()
     try:
         assert json.loads(airlock("sandbox", "inspect", sid, "--json",

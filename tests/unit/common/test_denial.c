@@ -32,14 +32,17 @@ static void test_hints(void **state)
 	hint_is("no rule allows this host", "2001:db8::1", 443, "--allow [2001:db8::1]:443");
 	hint_is("no rule allows this host", "example.com", 0, "--allow example.com");
 	hint_is("10.1.2.3 is a refused address: private", "10.1.2.3", 80,
-		"allow_cidrs: [10.1.2.3/32] in a --policy file");
+		"--allow-cidr 10.1.2.3/32, or allow_cidrs: [10.1.2.3/32] in a --policy file");
 	hint_is("[fd00::1] is a refused address: private", "[fd00::1]", 80,
-		"allow_cidrs: [fd00::1/128] in a --policy file");
+		"--allow-cidr fd00::1/128, or allow_cidrs: [fd00::1/128] in a --policy file");
 	/* A static name of the policy's is no address to put in allow_cidrs. */
 	hint_is("internal.test is a refused address: private", "internal.test", 80,
-		"allow_cidrs: [its address's range] in a --policy file");
+		"--allow-cidr with its address's range, or allow_cidrs in a --policy file");
 	hint_is("registry.npmjs.org resolves to a refused address: documentation",
-		"registry.npmjs.org", 443, "allow_cidrs: [its address's range] in a --policy file");
+		"registry.npmjs.org", 443,
+		"--allow-cidr with its address's range, or allow_cidrs in a --policy file");
+	hint_is("192.0.2.1 is a refused address: documentation", "192.0.2.1", 80,
+		"--allow-cidr 192.0.2.1/32, or allow_cidrs: [192.0.2.1/32] in a --policy file");
 	/* What no option opens: the host itself, metadata, loopback, a deny
 	 * rule, a budget. */
 	hint_is("localhost resolves to a refused address: loopback", "localhost", 80, NULL);

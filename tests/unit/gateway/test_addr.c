@@ -140,6 +140,45 @@ static void test_cidr_parse(void **state)
 	assert_false(gw_cidr_contains(&c, (struct sockaddr *)&ss));
 }
 
+/* What allow_cidrs may open: the ranges an operator may run services in,
+ * never loopback, metadata or what embeds an IPv4 address. */
+static void test_unopenable_ranges(void **state)
+{
+	static const struct {
+		const char *cidr, *why;
+	} cases[] = {
+		{ "10.20.0.0/16", NULL },
+		{ "192.0.2.1", NULL },
+		{ "198.51.100.0/24", NULL },
+		{ "100.64.0.0/10", "cloud metadata (Alibaba Cloud)" },
+		{ "100.64.0.0/11", NULL },
+		{ "fd00:1::/64", NULL },
+		{ "127.0.0.1", "loopback" },
+		{ "126.0.0.0/7", "loopback" },
+		{ "0.0.0.0/0", "this network" },
+		{ "169.254.169.254", "link-local (cloud metadata)" },
+		{ "168.63.129.16", "Azure host services (WireServer)" },
+		{ "239.1.1.1", "multicast" },
+		{ "255.255.255.255", "reserved" },
+		{ "::1", "loopback" },
+		{ "::/0", "unspecified" },
+		{ "::ffff:10.0.0.1", "IPv4-mapped (embeds an IPv4 address)" },
+		{ "64:ff9b::a9fe:a9fe", "NAT64 (embeds an IPv4 address)" },
+		{ "fd00::/8", "cloud metadata (AWS)" },
+		{ "fe80::1", "link-local" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct gw_cidr c;
+		assert_int_equal(gw_cidr_parse(cases[i].cidr, &c), 0);
+		const char *why = gw_cidr_unopenable(&c);
+		if (!cases[i].why && why)
+			fail_msg("%s: refused as %s", cases[i].cidr, why);
+		if (cases[i].why && (!why || strcmp(why, cases[i].why) != 0))
+			fail_msg("%s: %s, not %s", cases[i].cidr, why ? why : "opened",
+				 cases[i].why);
+	}
+}
+
 static void test_other_families_refused(void **state)
 {
 	struct sockaddr_un un = { .sun_family = AF_UNIX };
@@ -274,6 +313,7 @@ int main(void)
 		cmocka_unit_test(test_internal_addresses_refused),
 		cmocka_unit_test(test_operator_cidrs_override),
 		cmocka_unit_test(test_cidr_parse),
+		cmocka_unit_test(test_unopenable_ranges),
 		cmocka_unit_test(test_other_families_refused),
 		cmocka_unit_test(test_every_range_at_both_edges),
 		cmocka_unit_test(test_host_addresses),

@@ -594,6 +594,145 @@ static void test_build_other_errors(void **state)
 	gw_config_free(cfg);
 }
 
+/* --allow-cidr: an allow_cidrs entry, checked the same way. */
+static void test_build_allow_cidr(void **state)
+{
+	char *good[] = { (char *)"192.0.2.7", (char *)"fd00:1::/64" };
+	struct gw_options o = { .mode = GW_MODE_RESTRICTED,
+				.allow_cidrs = good,
+				.n_allow_cidrs = 2 };
+	o.policy_file = write_file("p.yaml", 0600, "allow_cidrs: [10.20.0.0/16]\n");
+	struct gw_config *cfg = build_ok(&o);
+	assert_int_equal(cfg->n_cidrs, 3);
+	assert_int_equal(cfg->cidrs[1].prefix, 32);
+	assert_int_equal(cfg->cidrs[2].prefix, 64);
+	gw_config_free(cfg);
+	static const struct {
+		const char *v, *msg;
+	} bad[] = {
+		{ "10.0.0.1/8", "--allow-cidr 10.0.0.1/8: expected an address or ADDR/PREFIX" },
+		{ "example.test", "--allow-cidr example.test: expected an address or ADDR/PREFIX" },
+		{ "127.0.0.0/8",
+		  "--allow-cidr 127.0.0.0/8: overlaps loopback, a range that is never opened" },
+		{ "169.254.169.254", "--allow-cidr 169.254.169.254: overlaps link-local (cloud "
+				     "metadata), a range that is never opened" },
+		{ "0.0.0.0/0",
+		  "--allow-cidr 0.0.0.0/0: overlaps this network, a range that is never opened" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *v[] = { (char *)bad[i].v };
+		o = (struct gw_options){ .mode = GW_MODE_RESTRICTED,
+					 .allow_cidrs = v,
+					 .n_allow_cidrs = 1 };
+		struct al_error err = { 0 };
+		assert_int_equal(build(&o, &cfg, &err), -EINVAL);
+		assert_string_equal(err.msg, bad[i].msg);
+	}
+	/* The file's entries the same way, at start. */
+	policy_fails("allow_cidrs: [10.0.0.0/8, 169.254.0.0/16]\n", -EINVAL,
+		     "p.yaml:1: allow_cidrs[1]: 169.254.0.0/16 overlaps link-local (cloud "
+		     "metadata), a range that is never opened");
+}
+
+/* A running gateway's next generation: a whole policy file, parsed as at
+ * start; what cannot change must be left out or be as it was. */
+static void next_fails(const struct gw_config *cur, const char *text, const char *msg)
+{
+	struct gw_config *n = NULL;
+	struct al_error err = { 0 };
+	int r = gw_config_next(cur, "policy", text, strlen(text), 2, &n, &err);
+	if (r >= 0) {
+		gw_config_free(n);
+		fail_msg("accepted: %s", text);
+	}
+	assert_null(n);
+	if (strcmp(err.msg, msg) != 0)
+		fail_msg("%s: got '%s', want '%s'", text, err.msg, msg);
+}
+
+static struct gw_config *next_ok(const struct gw_config *cur, const char *text)
+{
+	struct gw_config *n = NULL;
+	struct al_error err = { 0 };
+	int r = gw_config_next(cur, "policy", text, strlen(text), 2, &n, &err);
+	if (r < 0)
+		fail_msg("%s: %s", text, err.msg);
+	assert_int_equal(n->policy->generation, 2);
+	return n;
+}
+
+static void test_next_generation(void **state)
+{
+	char *ups[] = { (char *)"cli.test:443=10.9.9.9:443" };
+	char *cidrs[] = { (char *)"192.0.2.0/24" };
+	struct gw_options o = { .mode = GW_MODE_RESTRICTED,
+				.upstreams = ups,
+				.n_upstreams = 1,
+				.allow_cidrs = cidrs,
+				.n_allow_cidrs = 1 };
+	o.policy_file = write_file("p.yaml", 0600, full_policy);
+	o.vault_file = write_file("v.yaml", 0600, vault_text);
+	struct gw_config *cur = build_ok(&o);
+	assert_int_equal(cur->n_upstreams, 3);
+	assert_int_equal(cur->n_file_upstreams, 2);
+	assert_int_equal(cur->n_cidrs, 3);
+
+	/* The file it started with, given again: the same, minus the
+	 * command line's --allow-cidr (a file replaces allow_cidrs whole). */
+	struct gw_config *n = next_ok(cur, full_policy);
+	assert_int_equal(n->policy->n_rules, 1);
+	assert_int_equal(n->n_cidrs, 2);
+	assert_int_equal(n->n_hosts, 2);
+	gw_config_free(n);
+	/* Rules and allow_cidrs alone; what it leaves out of the rest stays. */
+	n = next_ok(cur, "rules:\n  - host: b.test\nallow_cidrs: [198.51.100.7]\n");
+	assert_int_equal(n->n_cidrs, 1);
+	assert_int_equal(n->n_hosts, 0);
+	assert_int_equal(n->n_creds, 0);
+	gw_config_free(n);
+	n = next_ok(cur, "");
+	assert_int_equal(n->policy->n_rules, 0);
+	assert_int_equal(n->n_cidrs, 0);
+	gw_config_free(n);
+	/* Limits as they are: accepted. */
+	n = next_ok(cur, "limits:\n  connections: 512\n  head_timeout: 10s\n");
+	gw_config_free(n);
+
+	/* Parsed as at start: the same errors. */
+	next_fails(cur, "rules:\n  - host: a.test\n    port: 0\n",
+		   "policy:3: rules[0].port: expected a port from 1 to 65535");
+	next_fails(cur, "allow_cidrs: [10.0.0.0/8, 127.0.0.0/8]\n",
+		   "policy:1: allow_cidrs[1]: 127.0.0.0/8 overlaps loopback, a range that is "
+		   "never opened");
+	next_fails(cur, "allow_cidrs: [10.0.0.1/8]\n",
+		   "policy:1: allow_cidrs[0]: expected an address or ADDR/PREFIX");
+	next_fails(cur, "colour: red\n",
+		   "policy:1: (top level).colour: unknown key (expected one of rules, credentials, "
+		   "upstreams, hosts, allow_cidrs, limits)");
+	/* What was fixed at start. */
+	next_fails(cur, "credentials:\n  - secret: google\n    host: a.test\n    query: key\n",
+		   "policy:2: credentials: differ from the running sandbox's, and cannot change: "
+		   "its gateway read the vault once, before it dropped root, and the sandbox's "
+		   "environment holds their dummy values (leave them out, or as they were; a new "
+		   "sandbox takes new ones)");
+	next_fails(cur, "credentials: []\n",
+		   "policy:1: credentials: differ from the running sandbox's, and cannot change: "
+		   "its gateway read the vault once, before it dropped root, and the sandbox's "
+		   "environment holds their dummy values (leave them out, or as they were; a new "
+		   "sandbox takes new ones)");
+	next_fails(cur,
+		   "upstreams:\n  - host: api.anthropic.com\n    port: 443\n"
+		   "    to: 10.1.2.4:8443\n",
+		   "policy:2: upstreams: differ from the running sandbox's, and cannot change: "
+		   "operator overrides are fixed when its gateway starts (leave them out, or as "
+		   "they were)");
+	next_fails(cur, "limits:\n  head_timeout: 10s\n  connections: 100\n",
+		   "policy:3: limits.connections: differs from the running sandbox's, and cannot "
+		   "change: limits are fixed when its gateway starts (leave them out, or as they "
+		   "were)");
+	gw_config_free(cur);
+}
+
 /* --grant github:OWNER/REPO, as the command line passes it on (the CLI
  * checks the "github:" prefix and keeps it). */
 static void test_build_grants(void **state)
@@ -830,6 +969,8 @@ int main(void)
 		cmocka_unit_test(test_parse_sockaddr),
 		cmocka_unit_test(test_host_pattern),
 		cmocka_unit_test(test_secret_forms_redacted),
+		cmocka_unit_test(test_build_allow_cidr),
+		cmocka_unit_test(test_next_generation),
 	};
 	return cmocka_run_group_tests(tests, make_tmpdir, remove_tmpdir);
 }

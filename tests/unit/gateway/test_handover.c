@@ -16,11 +16,13 @@
 /* (Writable strings: gw_options' lists are char *.) */
 static char a1[] = "api.example.test", a2[] = "*.example.org:8443/v1", g1[] = "github:o/r",
 	    u1[] = "api.example.test:443=127.0.0.1:4443", c1[] = "/etc/airlock/up.pem",
-	    c2[] = "rel/ca.pem", host[] = "host.example";
+	    c2[] = "rel/ca.pem", host[] = "host.example", k1[] = "192.0.2.0/24",
+	    k2[] = "fd00:1::/64";
 static char *allow[] = { a1, a2 };
 static char *grants[] = { g1 };
 static char *ups[] = { u1 };
 static char *cas[] = { c1, c2 };
+static char *cidrs[] = { k1, k2 };
 
 static struct gw_handover sample(void)
 {
@@ -31,7 +33,7 @@ static struct gw_handover sample(void)
 		.mode = GW_MODE_RESTRICTED, .label = "sandbox", .policy_file = "/p.yaml",
 		.allow = allow, .n_allow = 2, .grants = grants, .n_grants = 1,
 		.upstreams = ups, .n_upstreams = 1, .upstream_cas = cas, .n_upstream_cas = 2,
-		.vault_file = "/root/vault.yaml",
+		.allow_cidrs = cidrs, .n_allow_cidrs = 2, .vault_file = "/root/vault.yaml",
 	};
 	/* clang-format on */
 	h.uid = 0x5fffffff;
@@ -72,6 +74,8 @@ static void same(const struct gw_handover *a, const struct gw_handover *b)
 	same_list(a->opts.upstreams, a->opts.n_upstreams, b->opts.upstreams, b->opts.n_upstreams);
 	same_list(a->opts.upstream_cas, a->opts.n_upstream_cas, b->opts.upstream_cas,
 		  b->opts.n_upstream_cas);
+	same_list(a->opts.allow_cidrs, a->opts.n_allow_cidrs, b->opts.allow_cidrs,
+		  b->opts.n_allow_cidrs);
 	if (a->opts.vault_file || b->opts.vault_file)
 		assert_string_equal(a->opts.vault_file, b->opts.vault_file);
 	assert_int_equal(a->opts.many_clients, b->opts.many_clients);
@@ -96,6 +100,7 @@ static void test_roundtrip(void **state)
 	/* The lists point into the decoded struct's own storage. */
 	assert_ptr_equal(d->opts.allow, d->allow);
 	assert_ptr_equal(d->opts.upstream_cas, d->upstream_cas);
+	assert_ptr_equal(d->opts.allow_cidrs, d->allow_cidrs);
 
 	/* Detached, policy as text (with a NUL inside: the parser's to refuse),
 	 * open, many clients, no lists. */
@@ -104,6 +109,7 @@ static void test_roundtrip(void **state)
 	h.opts.policy_text = "rules:\n\0 - x";
 	h.opts.policy_len = 12;
 	h.opts.n_allow = h.opts.n_grants = h.opts.n_upstreams = h.opts.n_upstream_cas = 0;
+	h.opts.n_allow_cidrs = 0;
 	h.opts.vault_file = NULL;
 	h.opts.mode = GW_MODE_OPEN;
 	h.opts.many_clients = true;
@@ -163,7 +169,7 @@ static void test_malformed(void **state)
 	assert_int_equal(decode_buf(&b), 0);
 
 	/* Unknown tags, 0 included. */
-	static const uint8_t unknown[] = { 0, 17, 200, 255 };
+	static const uint8_t unknown[] = { 0, 18, 200, 255 };
 	for (size_t i = 0; i < sizeof(unknown); i++) {
 		buf_reset(&b);
 		assert_int_equal(buf_append(&b, good.data, good.len), 0);
@@ -189,6 +195,10 @@ static void test_malformed(void **state)
 		buf_reset(&b);
 		assert_int_equal(buf_append(&b, good.data, good.len), 0);
 		rec(&b, 5 /* allow */, bad_str[i].p, bad_str[i].len);
+		assert_int_equal(decode_buf(&b), -EBADMSG);
+		buf_reset(&b);
+		assert_int_equal(buf_append(&b, good.data, good.len), 0);
+		rec(&b, 17 /* allow-cidr */, bad_str[i].p, bad_str[i].len);
 		assert_int_equal(decode_buf(&b), -EBADMSG);
 	}
 	char *longs = malloc(GW_HANDOVER_STR_MAX + 1);
@@ -318,6 +328,33 @@ static void test_list_limit(void **state)
 	buf_init(&b, GW_HANDOVER_MAX);
 	assert_int_equal(gw_handover_encode(&h, &b), -E2BIG);
 	assert_int_equal(b.len, 0);
+	buf_free(&b);
+	/* --allow-cidr the same way; and every list full at once fits the
+	 * frame's maximum. */
+	h = sample();
+	h.opts.allow_cidrs = many;
+	h.opts.n_allow_cidrs = GW_HANDOVER_LIST_MAX;
+	encode(&h, &b);
+	assert_int_equal(decode_buf(&b), 0);
+	rec(&b, 17, "host.example", 13);
+	assert_int_equal(decode_buf(&b), -EBADMSG);
+	buf_free(&b);
+	static char full[GW_HANDOVER_STR_MAX];
+	memset(full, 'a', sizeof(full) - 1);
+	static char *longest[GW_HANDOVER_LIST_MAX];
+	for (size_t i = 0; i < GW_HANDOVER_LIST_MAX; i++)
+		longest[i] = full;
+	h.opts.allow = h.opts.grants = h.opts.upstreams = h.opts.upstream_cas = longest;
+	h.opts.allow_cidrs = longest;
+	h.opts.n_allow = h.opts.n_grants = h.opts.n_upstreams = h.opts.n_upstream_cas =
+		GW_HANDOVER_LIST_MAX;
+	h.opts.n_allow_cidrs = GW_HANDOVER_LIST_MAX;
+	encode(&h, &b);
+	assert_int_equal(decode_buf(&b), 0);
+	buf_free(&b);
+	h.opts.n_allow_cidrs = GW_HANDOVER_LIST_MAX + 1;
+	buf_init(&b, GW_HANDOVER_MAX);
+	assert_int_equal(gw_handover_encode(&h, &b), -E2BIG);
 	buf_free(&b);
 }
 
