@@ -4,6 +4,7 @@
  * come from the same definitions, so they cannot drift apart; and one way
  * to say what was wrong with an option.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -40,8 +41,14 @@ void cli_print_optdefs(FILE *f, const struct cli_optdef *defs)
 {
 	for (size_t i = 0; defs[i].name; i++) {
 		char head[64];
-		snprintf(head, sizeof(head), "--%s%s%s", defs[i].name, defs[i].arg ? " " : "",
-			 defs[i].arg ? defs[i].arg : "");
+		/* An id that is a letter is the option's short form too. */
+		int id = defs[i].id;
+		bool letter = (id >= 'a' && id <= 'z') || (id >= 'A' && id <= 'Z');
+		char short_form[8] = "";
+		if (letter)
+			snprintf(short_form, sizeof(short_form), "-%c, ", id);
+		snprintf(head, sizeof(head), "%s--%s%s%s", short_form, defs[i].name,
+			 defs[i].arg ? " " : "", defs[i].arg ? defs[i].arg : "");
 		/* Help text of several lines: each under the first. */
 		const char *h = defs[i].help;
 		fprintf(f, "  %-21s", head);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -86,6 +87,10 @@ static const struct cli_optdef exec_optdefs[] = {
 	  "environment for every command (repeatable); with a network,\n"
 	  "the gateway's variables (proxies, CA bundles) cannot be set" },
 	{ "cwd", OPT_CWD, "DIR", "(exec) working directory inside" },
+	{ "tty", 't', NULL,
+	  "a terminal of the sandbox's own for the command (job control,\n"
+	  "window size; keys such as Ctrl-C go to the command; output\n"
+	  "and errors both on stdout)" },
 	{ "timeout", OPT_TIMEOUT, "SECONDS", "wall-clock limit for the command (also 500ms, 5m)" },
 	{ "output-limit", OPT_OUTPUT_LIMIT, "SIZE",
 	  "cap on stdout+stderr (truncated with a marker)" },
@@ -102,8 +107,8 @@ static void sandbox_usage(FILE *f)
 	fputs("usage:\n"
 	      "  airlock sandbox run [OPTIONS] -- CMD [ARG...]      create, run, destroy\n"
 	      "  airlock sandbox create [OPTIONS]                   print the new sandbox's id\n"
-	      "  airlock sandbox exec [--env K=V] [--cwd DIR] [--timeout S] [--output-limit SIZE]\n"
-	      "                       ID -- CMD [ARG...]\n"
+	      "  airlock sandbox exec [-t] [--env K=V] [--cwd DIR] [--timeout S]\n"
+	      "                       [--output-limit SIZE] ID -- CMD [ARG...]\n"
 	      "  airlock sandbox list [--json]                     every sandbox, `run`s too\n"
 	      "  airlock sandbox inspect ID [--json]\n"
 	      "  airlock sandbox destroy ID...\n"
@@ -155,7 +160,7 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 	int c, li = -1;
 	char optname[32];
 	/* "+": stop at the first non-option, so CMD's own options stay its own. */
-	while ((c = getopt_long(argc, argv, "+", longopts, &li)) != -1) {
+	while ((c = getopt_long(argc, argv, "+t", longopts, &li)) != -1) {
 		const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
 		if (c != '?' && li >= 0) {
 			/* Not argv[optind - 1]: that is the value of "--opt VALUE". */
@@ -168,7 +173,8 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 			       c == OPT_LOWER || c == OPT_LAYER || c == OPT_IMAGE ||
 			       c == OPT_NETWORK || c == OPT_MEMORY || c == OPT_PIDS ||
 			       c == OPT_CPUS || c == OPT_HOSTNAME || is_gw;
-		bool is_exec = c == OPT_TIMEOUT || c == OPT_OUTPUT_LIMIT || c == OPT_CWD;
+		bool is_exec = c == OPT_TIMEOUT || c == OPT_OUTPUT_LIMIT || c == OPT_CWD ||
+			       c == 't';
 		bool is_run = c == OPT_AUDIT;
 		bool is_create = c == OPT_JSON;
 		if ((is_spec && !spec_opts) || (is_exec && !exec_opts) ||
@@ -288,6 +294,9 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 		case OPT_HOSTNAME:
 			o->spec.hostname = optarg;
 			break;
+		case 't':
+			o->exec.tty = true;
+			break;
 		case OPT_CWD:
 			if (optarg[0] != '/')
 				return cli_fail("--cwd wants an absolute path inside the sandbox");
@@ -313,6 +322,14 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 	} else {
 		o->exec.env = o->env;
 		o->exec.n_env = o->n_env;
+	}
+	if (o->exec.tty) {
+		/* The terminal's first size: ours (stdin's, or stdout's). */
+		struct winsize ws;
+		if (ioctl(0, TIOCGWINSZ, &ws) == 0 || ioctl(1, TIOCGWINSZ, &ws) == 0) {
+			o->exec.rows = ws.ws_row;
+			o->exec.cols = ws.ws_col;
+		}
 	}
 	*ret_optind = optind;
 	return 0;

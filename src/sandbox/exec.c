@@ -22,23 +22,26 @@
 #include "common/fdutil.h"
 #include "common/ipc.h"
 
-static int request_build(char *const *argv, char *const *envp, const char *cwd, uint8_t **ret,
-			 size_t *ret_len)
+/* prefix: bytes before the request (a terminal's window size), 0 to 4. */
+static int request_build(char *const *argv, char *const *envp, const char *cwd,
+			 const uint16_t *prefix, size_t prefix_len, uint8_t **ret, size_t *ret_len)
 {
 	uint32_t argc = 0, envc = 0;
-	size_t len = 8 + strlen(cwd) + 1;
+	size_t len = prefix_len + 8 + strlen(cwd) + 1;
 	for (; argv[argc]; argc++)
 		len += strlen(argv[argc]) + 1;
 	for (; envp[envc]; envc++)
 		len += strlen(envp[envc]) + 1;
-	if (argc == 0 || argc > KEEPER_MAX_ARGS || envc > KEEPER_MAX_ARGS || len > KEEPER_REQ_MAX)
+	if (argc == 0 || argc > KEEPER_MAX_ARGS || envc > KEEPER_MAX_ARGS ||
+	    len - prefix_len > KEEPER_REQ_MAX)
 		return -E2BIG;
 	uint8_t *buf = malloc(len);
 	if (!buf)
 		return -ENOMEM;
-	memcpy(buf, &argc, 4);
-	memcpy(buf + 4, &envc, 4);
-	size_t off = 8;
+	memcpy(buf, prefix, prefix_len);
+	memcpy(buf + prefix_len, &argc, 4);
+	memcpy(buf + prefix_len + 4, &envc, 4);
+	size_t off = prefix_len + 8;
 	const char *first[1] = { cwd };
 	for (int part = 0; part < 3; part++) {
 		char *const *v = part == 0 ? (char *const *)first : part == 1 ? argv : envp;
@@ -88,9 +91,10 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 	sbx_env_free(&base);
 	_cleanup_free_ uint8_t *req = NULL;
 	size_t req_len = 0;
+	uint16_t winsize[2] = { opts->rows, opts->cols };
 	if (r >= 0)
-		r = request_build(argv, env.v, opts->cwd ? opts->cwd : "/workspace", &req,
-				  &req_len);
+		r = request_build(argv, env.v, opts->cwd ? opts->cwd : "/workspace", winsize,
+				  opts->tty ? sizeof(winsize) : 0, &req, &req_len);
 	sbx_env_free(&env);
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot build the command's request");
@@ -105,7 +109,7 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 		r = -errno;
 	if (r >= 0) {
 		int fds[4] = { io.in[0], io.out[1], io.err[1], chan[1] };
-		r = ipc_send(conn, KEEPER_EXEC, req, req_len, fds, 4);
+		r = ipc_send(conn, opts->tty ? KEEPER_EXEC_TTY : KEEPER_EXEC, req, req_len, fds, 4);
 	}
 	sbx_stdio_close_child_ends(&io);
 	chan[1] = safe_close(chan[1]);

@@ -114,6 +114,10 @@ init_main(const struct sbx_init_args *a, int st, int go_fd, bool need_cgroupns)
 {
 	if (a->ephemeral)
 		prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	/* Out of the caller's session: nothing of the sandbox has the user's
+	 * terminal as its controlling terminal (a command with -t gets one of
+	 * the sandbox's own). */
+	setsid();
 	/* (Also lowers oom_score_adj_min: nothing inside may make itself
 	 * unkillable by the OOM killer.) */
 	(void)write_file_at(AT_FDCWD, "/proc/self/oom_score_adj", "0");
@@ -192,7 +196,6 @@ init_main(const struct sbx_init_args *a, int st, int go_fd, bool need_cgroupns)
 	}
 	/* A persistent sandbox's init needs nothing at all. */
 	syscall(SYS_close_range, 3, ~0U, 0);
-	setsid();
 	sbx_run_init(NULL);
 }
 

@@ -136,7 +136,8 @@ static int request_parse(const uint8_t *data, size_t len, struct request *ret)
  */
 static void __attribute__((noreturn))
 exec_helper(int init_pidfd, const struct sbx_argarea *area, const struct request *req,
-	    struct sbx_stdio *io, int s, uint64_t pids, const struct sbx_bpf *filter)
+	    struct sbx_stdio *io, int s, uint64_t pids, const struct sbx_bpf *filter,
+	    const uint16_t *winsize)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	/* The keeper's memory: its arguments are wiped already; the title is
@@ -199,6 +200,9 @@ exec_helper(int init_pidfd, const struct sbx_argarea *area, const struct request
 			.io = io,
 			.status_fd = s,
 			.filter = filter,
+			.tty = winsize != NULL,
+			.rows = winsize ? winsize[0] : 0,
+			.cols = winsize ? winsize[1] : 0,
 		};
 		sbx_run_init(&cmd);
 	}
@@ -261,6 +265,7 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid
 	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	static const struct ipc_type allowed[] = {
 		{ .type = KEEPER_EXEC, .max_len = KEEPER_REQ_MAX, .max_fds = 4 },
+		{ .type = KEEPER_EXEC_TTY, .max_len = 4 + KEEPER_REQ_MAX, .max_fds = 4 },
 		{ .type = KEEPER_RELAYER, .max_len = 128, .max_fds = IPC_MAX_FDS },
 	};
 	_cleanup_ipc_msg_ struct ipc_msg msg = IPC_MSG_INIT;
@@ -285,8 +290,16 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid
 		keeper_reply_err(conn, "an exec request carries four descriptors");
 		return;
 	}
+	/* With a terminal: its window size (u16 rows, u16 cols) first. */
+	uint16_t winsize[2] = { 0, 0 };
+	size_t skip = msg.type == KEEPER_EXEC_TTY ? sizeof(winsize) : 0;
+	if (msg.len < skip) {
+		keeper_reply_err(conn, "malformed exec request");
+		return;
+	}
+	memcpy(winsize, msg.data, skip);
 	struct request req;
-	if (request_parse(msg.data, msg.len, &req) < 0) {
+	if (request_parse((const uint8_t *)msg.data + skip, msg.len - skip, &req) < 0) {
 		keeper_reply_err(conn, "malformed exec request");
 		return;
 	}
@@ -307,7 +320,8 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid
 		struct sbx_stdio io = { .in = { msg.fds[0], -1 },
 					.out = { -1, msg.fds[1] },
 					.err = { -1, msg.fds[2] } };
-		exec_helper(init_pidfd, area, &req, &io, msg.fds[3], pids, filter);
+		exec_helper(init_pidfd, area, &req, &io, msg.fds[3], pids, filter,
+			    skip ? winsize : NULL);
 	}
 	request_free(&req);
 	/* The client gets a pidfd, never a bare pid it would have to trust. */

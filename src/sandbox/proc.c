@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -382,17 +383,24 @@ int sbx_env_build(struct sbx_env *e, const char *home, char *const *spec_env, si
 
 /* ---- the command ---- */
 
-/* In the child that becomes the command. Never returns. */
-static void __attribute__((noreturn)) exec_command(const struct sbx_command *c)
+/* In the child that becomes the command (tty: the slave of its terminal,
+ * or -1). Never returns. */
+static void __attribute__((noreturn)) exec_command(const struct sbx_command *c, int tty)
 {
+	/* A session of its own; with a terminal, that terminal is its
+	 * controlling one (job control, signals from the keyboard). */
+	if (setsid() < 0)
+		_exit(125);
+	if (tty >= 0 && ioctl(tty, TIOCSCTTY, 0) < 0)
+		_exit(125);
 	int fds[3] = { c->io->in[0], c->io->out[1], c->io->err[1] };
+	if (tty >= 0)
+		fds[0] = fds[1] = fds[2] = tty;
 	for (int i = 0; i < 3; i++) {
 		if (dup3(fds[i], i, 0) < 0 && fds[i] != i)
 			_exit(125);
 	}
 	if (syscall(SYS_close_range, 3, ~0U, 0) < 0)
-		_exit(125);
-	if (setsid() < 0)
 		_exit(125);
 	signal(SIGPIPE, SIG_DFL);
 	sigset_t none;
@@ -440,6 +448,26 @@ void sbx_run_init(const struct sbx_command *c)
 	sigaddset(&chld, SIGCHLD);
 	sigprocmask(SIG_BLOCK, &chld, NULL);
 	pid_t child = -1;
+	int tty = -1;
+	if (c && c->argv && c->tty) {
+		/* A terminal of the sandbox's devpts (this mount namespace's
+		 * /dev/ptmx); its master goes out to the supervisor before the
+		 * command can write a byte to it. */
+		int master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+		int unlock = 0;
+		struct winsize ws = { .ws_row = c->rows ? c->rows : 24,
+				      .ws_col = c->cols ? c->cols : 80 };
+		if (master < 0 || ioctl(master, TIOCSPTLCK, &unlock) < 0 ||
+		    ioctl(master, TIOCSWINSZ, &ws) < 0 ||
+		    (tty = ioctl(master, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
+			sbx_msg_send(c->status_fd, SBX_MSG_ERROR, -errno,
+				     "cannot make the command's terminal");
+			_exit(125);
+		}
+		if (sbx_msg_send_pty(c->status_fd, master) < 0)
+			_exit(125);
+		close(master);
+	}
 	if (c && c->argv) {
 		child = fork();
 		if (child < 0) {
@@ -449,8 +477,11 @@ void sbx_run_init(const struct sbx_command *c)
 		}
 		if (child == 0) {
 			close(c->status_fd);
-			exec_command(c);
+			exec_command(c, tty);
 		}
+		/* Open in the command alone: its last close is the end of the
+		 * terminal's output. */
+		tty = safe_close(tty);
 	}
 	/* The command's stdio belongs to the command alone. */
 	if (c && c->io) {

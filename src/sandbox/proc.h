@@ -23,6 +23,7 @@ enum sbx_msg_kind {
 	SBX_MSG_EXITED,	     /* value: exit code */
 	SBX_MSG_SIGNALED,    /* value: signal */
 	SBX_MSG_LISTENERS,   /* value: count of descriptors attached (SBX_NET_FDS) */
+	SBX_MSG_PTY,	     /* command's init to supervisor: its terminal's master attached */
 	SBX_MSG_KIND_MAX,
 };
 
@@ -50,6 +51,15 @@ int sbx_msg_send_listeners(int fd, const struct sbx_net_fds *l);
  */
 int sbx_msg_recv_listeners(int fd, struct sbx_msg *ret, struct sbx_net_fds *ret_fds);
 void sbx_net_fds_close(struct sbx_net_fds *l);
+/* SBX_MSG_PTY with the master of the command's terminal. */
+int sbx_msg_send_pty(int fd, int master);
+/*
+ * Like sbx_msg_recv, on a socket, also accepting SBX_MSG_PTY: then
+ * *ret_master is its descriptor (O_CLOEXEC), checked to be the master side
+ * of a pseudo-terminal (a devpts instance's ptmx), else -1. Descriptors with
+ * any other record are closed and the record refused.
+ */
+int sbx_msg_recv_pty(int fd, struct sbx_msg *ret, int *ret_master);
 
 /* The pipes and descriptors one command runs with. */
 struct sbx_stdio {
@@ -85,6 +95,11 @@ struct sbx_command {
 	struct sbx_stdio *io;
 	int status_fd;
 	const struct sbx_bpf *filter; /* loaded right before exec */
+	/* A terminal of the sandbox's own (its devpts) instead of io: the
+	 * master goes to the supervisor (SBX_MSG_PTY) before the command
+	 * starts, the slave is the command's controlling terminal. */
+	bool tty;
+	uint16_t rows, cols;
 };
 
 int sbx_stdio_make(struct sbx_stdio *io);
@@ -164,6 +179,9 @@ enum {
 	 * BUSY or ERR. */
 	KEEPER_RELAYER,
 	KEEPER_BUSY, /* a command runs: nothing was changed */
+	/* KEEPER_EXEC with a terminal: payload u16 rows, u16 cols, then the
+	 * request; the same four descriptors (stdio unused but for EOF). */
+	KEEPER_EXEC_TTY,
 };
 #define KEEPER_REQ_MAX (1024 * 1024)
 

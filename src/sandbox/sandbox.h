@@ -112,6 +112,14 @@ struct sbx_exec_opts {
 	int stdin_fd;	       /* usually 0; -1 for /dev/null */
 	int stdout_fd;	       /* usually 1 */
 	int stderr_fd;	       /* usually 2 */
+	/* A pseudo-terminal of the sandbox's own for the command (stdout and
+	 * stderr both come from it, to stdout_fd); rows and cols: its first
+	 * window size (0: 24x80). When stdin_fd is a terminal it is put in raw
+	 * mode while the command runs (restored on every way out, a fatal
+	 * signal to this process included), and its window size changes
+	 * (SIGWINCH) are passed on. */
+	bool tty;
+	uint16_t rows, cols;
 };
 
 enum sbx_outcome {

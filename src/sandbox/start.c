@@ -549,6 +549,9 @@ int sbx_run(const struct sbx_settings *set, const struct sbx_spec *spec, char *c
 		.pids = spec->pids,
 		.io = &io,
 		.status_fd = -1,
+		.tty = opts->tty,
+		.rows = opts->rows,
+		.cols = opts->cols,
 	};
 	r = plan_sandbox(set, spec, &sb, err);
 	if (r >= 0)

@@ -11,15 +11,19 @@
 #include "sandbox/proc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <termios.h>
 #include <sys/signalfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -65,7 +69,7 @@ int sbx_msg_recv(int fd, struct sbx_msg *ret)
 	if (m.kind == SBX_MSG_STARTED && m.value <= 1)
 		return -EBADMSG;
 	/* Its descriptors went with a plain read(). */
-	if (m.kind == SBX_MSG_LISTENERS)
+	if (m.kind == SBX_MSG_LISTENERS || m.kind == SBX_MSG_PTY)
 		return -EBADMSG;
 	*ret = m;
 	return 0;
@@ -79,36 +83,50 @@ void sbx_net_fds_close(struct sbx_net_fds *l)
 	l->dns = safe_close(l->dns);
 }
 
-int sbx_msg_send_listeners(int fd, const struct sbx_net_fds *l)
+/* One record with descriptors attached (SCM_RIGHTS on a socket). */
+static int msg_send_fds(int fd, struct sbx_msg *m, const int *fds, size_t n_fds)
 {
-	struct sbx_msg m = { .magic = SBX_MSG_MAGIC,
-			     .kind = SBX_MSG_LISTENERS,
-			     .value = SBX_NET_FDS };
-	int fds[SBX_NET_FDS] = { l->proxy, l->http, l->https, l->dns };
 	union {
-		char buf[CMSG_SPACE(sizeof(fds))];
+		char buf[CMSG_SPACE(sizeof(int) * SBX_NET_FDS)];
 		struct cmsghdr align;
 	} u;
+	if (n_fds == 0 || n_fds > SBX_NET_FDS)
+		return -EINVAL;
 	memset(&u, 0, sizeof(u));
-	struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
+	struct iovec iov = { .iov_base = m, .iov_len = sizeof(*m) };
 	struct msghdr mh = { .msg_iov = &iov,
 			     .msg_iovlen = 1,
 			     .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
+			     .msg_controllen = CMSG_SPACE(sizeof(int) * n_fds) };
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(fds));
-	memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+	cm->cmsg_len = CMSG_LEN(sizeof(int) * n_fds);
+	memcpy(CMSG_DATA(cm), fds, sizeof(int) * n_fds);
 	ssize_t n;
 	while ((n = sendmsg(fd, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
 		;
 	if (n < 0)
 		return -errno;
 	/* The descriptors went with the first byte; the rest is plain data. */
-	if ((size_t)n < sizeof(m))
-		return write_full(fd, (char *)&m + n, sizeof(m) - (size_t)n);
+	if ((size_t)n < sizeof(*m))
+		return write_full(fd, (char *)m + n, sizeof(*m) - (size_t)n);
 	return 0;
+}
+
+int sbx_msg_send_listeners(int fd, const struct sbx_net_fds *l)
+{
+	struct sbx_msg m = { .magic = SBX_MSG_MAGIC,
+			     .kind = SBX_MSG_LISTENERS,
+			     .value = SBX_NET_FDS };
+	int fds[SBX_NET_FDS] = { l->proxy, l->http, l->https, l->dns };
+	return msg_send_fds(fd, &m, fds, SBX_NET_FDS);
+}
+
+int sbx_msg_send_pty(int fd, int master)
+{
+	struct sbx_msg m = { .magic = SBX_MSG_MAGIC, .kind = SBX_MSG_PTY, .value = 1 };
+	return msg_send_fds(fd, &m, &master, 1);
 }
 
 static void close_fd_array(const int *fds, size_t n)
@@ -117,12 +135,18 @@ static void close_fd_array(const int *fds, size_t n)
 		safe_close(fds[i]);
 }
 
-int sbx_msg_recv_listeners(int fd, struct sbx_msg *ret, struct sbx_net_fds *ret_fds)
+#define MSG_FDS_MAX (SBX_NET_FDS + 4) /* more than any record carries: too many is seen */
+
+/*
+ * One record and whatever descriptors came with it (at most MSG_FDS_MAX
+ * kept, the rest closed); the record's fields are checked as sbx_msg_recv
+ * checks them, the descriptors are the caller's to check and close.
+ */
+static int msg_recv_fds(int fd, struct sbx_msg *ret, int *fds, size_t *ret_n_fds)
 {
 	struct sbx_msg m;
 	union {
-		/* Room for more than we accept, so that too many is seen. */
-		char buf[CMSG_SPACE(sizeof(int) * (SBX_NET_FDS + 4))];
+		char buf[CMSG_SPACE(sizeof(int) * MSG_FDS_MAX)];
 		struct cmsghdr align;
 	} u;
 	memset(&u, 0, sizeof(u));
@@ -131,12 +155,12 @@ int sbx_msg_recv_listeners(int fd, struct sbx_msg *ret, struct sbx_net_fds *ret_
 			     .msg_iovlen = 1,
 			     .msg_control = u.buf,
 			     .msg_controllen = sizeof(u.buf) };
+	*ret_n_fds = 0;
 	ssize_t n;
 	while ((n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
 		;
 	if (n < 0)
 		return -errno;
-	int fds[SBX_NET_FDS + 4];
 	size_t n_fds = 0;
 	bool bad = (mh.msg_flags & MSG_CTRUNC) != 0;
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
@@ -148,7 +172,7 @@ int sbx_msg_recv_listeners(int fd, struct sbx_msg *ret, struct sbx_net_fds *ret_
 		for (size_t i = 0; i < k; i++) {
 			int f;
 			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			if (n_fds < ARRAY_SIZE(fds))
+			if (n_fds < MSG_FDS_MAX)
 				fds[n_fds++] = f;
 			else
 				close(f);
@@ -169,10 +193,28 @@ int sbx_msg_recv_listeners(int fd, struct sbx_msg *ret, struct sbx_net_fds *ret_
 		      (m.kind == SBX_MSG_SIGNALED && (m.value <= 0 || m.value >= 65)) ||
 		      (m.kind == SBX_MSG_EXITED && (m.value < 0 || m.value > 255)) ||
 		      (m.kind == SBX_MSG_STARTED && m.value <= 1);
-	if (!bad && m.kind == SBX_MSG_LISTENERS)
+	if (bad) {
+		close_fd_array(fds, n_fds);
+		return -EBADMSG;
+	}
+	*ret = m;
+	*ret_n_fds = n_fds;
+	return 0;
+}
+
+int sbx_msg_recv_listeners(int fd, struct sbx_msg *ret, struct sbx_net_fds *ret_fds)
+{
+	struct sbx_msg m;
+	int fds[MSG_FDS_MAX];
+	size_t n_fds;
+	int r = msg_recv_fds(fd, &m, fds, &n_fds);
+	if (r < 0)
+		return r;
+	bool bad;
+	if (m.kind == SBX_MSG_LISTENERS)
 		bad = m.value != SBX_NET_FDS || n_fds != SBX_NET_FDS;
-	else if (!bad)
-		bad = n_fds != 0;
+	else
+		bad = n_fds != 0 || m.kind == SBX_MSG_PTY;
 	for (size_t i = 0; !bad && i < n_fds; i++) {
 		struct stat st;
 		bad = fstat(fds[i], &st) < 0 || !S_ISSOCK(st.st_mode);
@@ -184,6 +226,41 @@ int sbx_msg_recv_listeners(int fd, struct sbx_msg *ret, struct sbx_net_fds *ret_
 	*ret_fds = (struct sbx_net_fds){ -1, -1, -1, -1 };
 	if (n_fds == SBX_NET_FDS)
 		*ret_fds = (struct sbx_net_fds){ fds[0], fds[1], fds[2], fds[3] };
+	*ret = m;
+	return 0;
+}
+
+/* The multiplexer of a devpts instance: every master is opened from it. */
+#define PTMX_MAJOR 5
+#define PTMX_MINOR 2
+
+int sbx_msg_recv_pty(int fd, struct sbx_msg *ret, int *ret_master)
+{
+	struct sbx_msg m;
+	int fds[MSG_FDS_MAX];
+	size_t n_fds;
+	int r = msg_recv_fds(fd, &m, fds, &n_fds);
+	if (r < 0)
+		return r;
+	bool bad;
+	if (m.kind == SBX_MSG_PTY) {
+		struct stat st;
+		int fl;
+		/* Only ever read, written and told its window size: still, a
+		 * descriptor from inside a sandbox is checked to be what it
+		 * claims, a terminal's master open for reading and writing. */
+		bad = m.value != 1 || n_fds != 1 || fstat(fds[0], &st) < 0 ||
+		      !S_ISCHR(st.st_mode) || major(st.st_rdev) != PTMX_MAJOR ||
+		      minor(st.st_rdev) != PTMX_MINOR || (fl = fcntl(fds[0], F_GETFL)) < 0 ||
+		      (fl & O_ACCMODE) != O_RDWR || (fl & O_PATH);
+	} else {
+		bad = n_fds != 0 || m.kind == SBX_MSG_LISTENERS;
+	}
+	if (bad) {
+		close_fd_array(fds, n_fds);
+		return -EBADMSG;
+	}
+	*ret_master = m.kind == SBX_MSG_PTY ? fds[0] : -1;
 	*ret = m;
 	return 0;
 }
@@ -208,6 +285,88 @@ static void kill_pidfd(int pidfd)
 		syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
 }
 
+/*
+ * The user's terminal, in raw mode while a command with a terminal of its
+ * own runs: every key (Ctrl-C, Ctrl-Z included) goes to the command's
+ * terminal, whose line discipline turns it into a signal for the
+ * foreground process group inside. The mode is restored on the way out of
+ * sbx_supervise, and by a handler of every signal that would end us
+ * otherwise (SIGINT, SIGTERM, SIGHUP are events of the loop; SIGKILL
+ * cannot be caught: `stty sane` after one).
+ */
+static struct termios tio_saved;
+static volatile sig_atomic_t tio_fd = -1;
+static const int tio_fatal_signals[] = { SIGABRT, SIGALRM, SIGBUS,    SIGFPE,  SIGILL,
+					 SIGPROF, SIGQUIT, SIGSEGV,   SIGSYS,  SIGTRAP,
+					 SIGUSR1, SIGUSR2, SIGVTALRM, SIGXCPU, SIGXFSZ };
+static struct sigaction tio_old_actions[ARRAY_SIZE(tio_fatal_signals)];
+
+static void tio_fatal(int sig)
+{
+	int saved_errno = errno;
+	if (tio_fd >= 0)
+		tcsetattr(tio_fd, TCSANOW, &tio_saved);
+	/* SA_RESETHAND left the default action, SA_NODEFER lets it act now. */
+	raise(sig);
+	errno = saved_errno;
+}
+
+/* Raw mode on fd, when it is a terminal whose foreground we are (a
+ * background job leaves it alone rather than being stopped by SIGTTOU). */
+static void tio_raw(int fd)
+{
+	struct termios raw;
+	if (fd < 0 || tio_fd >= 0 || !isatty(fd) || tcgetpgrp(fd) != getpgrp() ||
+	    tcgetattr(fd, &tio_saved) < 0)
+		return;
+	struct sigaction sa = { .sa_handler = tio_fatal, .sa_flags = SA_RESETHAND | SA_NODEFER };
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < ARRAY_SIZE(tio_fatal_signals); i++)
+		sigaction(tio_fatal_signals[i], &sa, &tio_old_actions[i]);
+	tio_fd = fd;
+	raw = tio_saved;
+	cfmakeraw(&raw);
+	raw.c_cc[VMIN] = 1;
+	raw.c_cc[VTIME] = 0;
+	if (tcsetattr(fd, TCSANOW, &raw) < 0) {
+		/* Nothing changed, then: nothing to restore. */
+		tio_fd = -1;
+		for (size_t i = 0; i < ARRAY_SIZE(tio_fatal_signals); i++)
+			sigaction(tio_fatal_signals[i], &tio_old_actions[i], NULL);
+	}
+}
+
+static void tio_restore(void)
+{
+	int fd = tio_fd;
+	if (fd < 0)
+		return;
+	/* After what we wrote has gone out: the last line of output must not
+	 * be drawn in raw mode. */
+	while (tcsetattr(fd, TCSADRAIN, &tio_saved) < 0 && errno == EINTR)
+		;
+	tio_fd = -1;
+	for (size_t i = 0; i < ARRAY_SIZE(tio_fatal_signals); i++)
+		sigaction(tio_fatal_signals[i], &tio_old_actions[i], NULL);
+}
+
+/* Where the window size is read: stdin, or stdout, whichever is a terminal. */
+static int winsize_source(const struct sbx_exec_opts *opts)
+{
+	if (opts->stdin_fd >= 0 && isatty(opts->stdin_fd))
+		return opts->stdin_fd;
+	if (opts->stdout_fd >= 0 && isatty(opts->stdout_fd))
+		return opts->stdout_fd;
+	return -1;
+}
+
+static void winsize_pass(int from, int pty)
+{
+	struct winsize ws;
+	if (from >= 0 && pty >= 0 && ioctl(from, TIOCGWINSZ, &ws) == 0 && ws.ws_row && ws.ws_col)
+		(void)ioctl(pty, TIOCSWINSZ, &ws);
+}
+
 int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 		  struct sbx_stdio *io, const struct sbx_cgroup *cg, uint64_t oom_before,
 		  struct sbx_result *ret, struct al_error *err)
@@ -226,6 +385,8 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGHUP);
 	sigaddset(&mask, SIGPIPE);
+	if (opts->tty)
+		sigaddset(&mask, SIGWINCH);
 	sigprocmask(SIG_BLOCK, &mask, &old);
 	_cleanup_close_ int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 
@@ -238,7 +399,11 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 	io->in[1] = -1;
 	char in_buf[PUMP_CHUNK];
 	size_t in_len = 0;
-	if (in_from < 0)
+	/* With a terminal: the command's input, output and window size go
+	 * through its master (pty, ours), once its init has sent it; until
+	 * then stdin waits (in_to -1, in_from kept). */
+	int pty = -1, winfd = opts->tty ? winsize_source(opts) : -1;
+	if (in_from < 0 || opts->tty)
 		in_to = safe_close(in_to);
 	if (in_to >= 0)
 		fd_set_nonblock(in_to, true);
@@ -328,6 +493,10 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 			while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 				if (si.ssi_signo == SIGPIPE)
 					continue;
+				if (si.ssi_signo == SIGWINCH) {
+					winsize_pass(winfd, pty);
+					continue;
+				}
 				interrupted = (int)si.ssi_signo;
 				kill_pidfd(kill_fd);
 			}
@@ -372,7 +541,9 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 				continue;
 			if (got <= 0) {
 				in_from = -1;
-				in_to = safe_close(in_to); /* EOF reaches the command */
+				/* EOF reaches the command (a terminal stays: its
+				 * output still comes through it). */
+				in_to = pty >= 0 ? -1 : safe_close(in_to);
 			} else {
 				in_len = (size_t)got;
 			}
@@ -382,7 +553,7 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 			if (w < 0 && (errno == EINTR || errno == EAGAIN))
 				continue;
 			if (w <= 0) {
-				in_to = safe_close(in_to);
+				in_to = pty >= 0 ? -1 : safe_close(in_to);
 				in_from = -1;
 				in_len = 0;
 			} else {
@@ -392,8 +563,37 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 		}
 		if (idx_status >= 0 && pfd[idx_status].revents) {
 			struct sbx_msg m;
-			int mr = sbx_msg_recv(status, &m);
-			if (mr == 0 && (m.kind == SBX_MSG_EXITED || m.kind == SBX_MSG_SIGNALED)) {
+			int master = -1;
+			int mr = opts->tty ? sbx_msg_recv_pty(status, &m, &master) :
+					     sbx_msg_recv(status, &m);
+			if (mr == 0 && m.kind == SBX_MSG_PTY && pty < 0) {
+				/* The command's terminal: its output replaces the
+				 * (unused) stdout pipe, whose EOF may have come
+				 * first; stderr's stays until its EOF. */
+				int dup_out = fcntl(master, F_DUPFD_CLOEXEC, 3);
+				if (dup_out < 0) {
+					safe_close(master);
+					r = al_error_set_errno(err, -errno, "dup");
+					status = -1;
+					kill_pidfd(kill_fd);
+					continue;
+				}
+				pty = master;
+				fd_set_nonblock(pty, true);
+				fd_set_nonblock(dup_out, true);
+				safe_close(outs[0].from);
+				outs[0].from = dup_out;
+				if (in_from >= 0)
+					in_to = pty;
+				winsize_pass(winfd, pty);
+				tio_raw(opts->stdin_fd);
+			} else if (mr == 0 && m.kind == SBX_MSG_PTY) {
+				/* One terminal per command, sent first. */
+				safe_close(master);
+				status = -1;
+				kill_pidfd(kill_fd);
+			} else if (mr == 0 &&
+				   (m.kind == SBX_MSG_EXITED || m.kind == SBX_MSG_SIGNALED)) {
 				/* A status after the deadline is the kill's, not the
 				 * command's own: the outcome stays "timed out". */
 				if (!timed_out && !interrupted) {
@@ -417,7 +617,10 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 	}
 	for (int s = 0; s < 2; s++)
 		safe_close(outs[s].from);
-	safe_close(in_to);
+	if (in_to != pty)
+		safe_close(in_to);
+	safe_close(pty);
+	tio_restore();
 	sigprocmask(SIG_SETMASK, &old, NULL);
 
 	if (r < 0)
