@@ -48,6 +48,8 @@ enum {
 	OPT_AUDIT,
 	OPT_JSON,
 	OPT_HELP,
+	OPT_TTL,
+	OPT_IDLE,
 };
 
 /* What a sandbox is made of (run, create). */
@@ -78,6 +80,12 @@ static const struct cli_optdef spec_optdefs[] = {
 	{ "pids", OPT_PIDS, "N", "process limit (default 4096; 0 = none)" },
 	{ "cpus", OPT_CPUS, "F", "CPU limit in cores, e.g. 1.5 (default none)" },
 	{ "hostname", OPT_HOSTNAME, "NAME", "hostname inside (default airlock)" },
+	{ "ttl", OPT_TTL, "DURATION",
+	  "(create) destroyed this long after its creation, even with a\n"
+	  "command running (30s, 5m, 2h, 7d; by `sandbox gc`)" },
+	{ "idle", OPT_IDLE, "DURATION",
+	  "(create) destroyed once no command has run in it for this\n"
+	  "long (by `sandbox gc`)" },
 	{ NULL, 0, NULL, NULL },
 };
 
@@ -118,7 +126,9 @@ static void sandbox_usage(FILE *f)
 	      "  airlock sandbox budget ID [--requests N] [--bytes SIZE]\n"
 	      "                                                      a new egress budget (0: no limit),\n"
 	      "                                                      counted from zero\n"
-	      "  airlock sandbox gc                                  remove what crashes left behind\n"
+	      "  airlock sandbox gc                                  destroy expired sandboxes (--ttl,\n"
+	      "                                                      --idle); remove what crashes left\n"
+	      "                                                      behind\n"
 	      "An ID may be given as a unique prefix of at least 4 of its hex digits.\n"
 	      "\noptions:\n",
 	      f);
@@ -172,11 +182,16 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 		bool is_spec = c == OPT_WORKSPACE || c == OPT_HOME || c == OPT_HOME_PATH ||
 			       c == OPT_LOWER || c == OPT_LAYER || c == OPT_IMAGE ||
 			       c == OPT_NETWORK || c == OPT_MEMORY || c == OPT_PIDS ||
-			       c == OPT_CPUS || c == OPT_HOSTNAME || is_gw;
+			       c == OPT_CPUS || c == OPT_HOSTNAME || c == OPT_TTL ||
+			       c == OPT_IDLE || is_gw;
 		bool is_exec = c == OPT_TIMEOUT || c == OPT_OUTPUT_LIMIT || c == OPT_CWD ||
 			       c == 't';
 		bool is_run = c == OPT_AUDIT;
 		bool is_create = c == OPT_JSON;
+		if ((c == OPT_TTL || c == OPT_IDLE) && spec_opts && exec_opts)
+			return cli_fail("%s is for `sandbox create`: a `sandbox run` ends with its "
+					"command",
+					name);
 		if ((is_spec && !spec_opts) || (is_exec && !exec_opts) ||
 		    (is_run && !(spec_opts && exec_opts)) || (is_create && exec_opts))
 			return cli_fail(
@@ -297,6 +312,17 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 		case 't':
 			o->exec.tty = true;
 			break;
+		case OPT_TTL:
+		case OPT_IDLE: {
+			uint64_t ms;
+			if (parse_duration(optarg, &ms) < 0 || ms < SBX_EXPIRY_MIN_MS ||
+			    ms > SBX_EXPIRY_MAX_MS)
+				return cli_fail("%s wants a duration from 1s to 365d (30s, 5m, 2h, "
+						"7d), not '%s'",
+						name, optarg);
+			*(c == OPT_TTL ? &o->spec.ttl_ms : &o->spec.idle_ms) = ms;
+			break;
+		}
 		case OPT_CWD:
 			if (optarg[0] != '/')
 				return cli_fail("--cwd wants an absolute path inside the sandbox");
@@ -659,6 +685,66 @@ static const char *state_name(const struct sbx_info *info)
 	return info->running ? "running" : "dead";
 }
 
+/* Milliseconds until the sandbox expires (0: due), or -1 when nothing
+ * says when (see struct sbx_info). */
+static int64_t expires_in(const struct sbx_info *info)
+{
+	if (!info->expires_at_ms)
+		return -1;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return info->expires_at_ms > now ? info->expires_at_ms - now : 0;
+}
+
+/* The EXPIRES column: "-" (none), "in 5s", "in 59m", "in 3h", "in 6d",
+ * "now" (due: the next `sandbox gc` destroys it), "when idle" (only --idle,
+ * and a command runs), "?" (cannot be told: inspect says why). */
+static void expires_text(const struct sbx_info *info, char out[32])
+{
+	int64_t left = expires_in(info);
+	if (info->expiry_error[0])
+		snprintf(out, 32, "?");
+	else if (!info->ttl_ms && !info->idle_ms)
+		snprintf(out, 32, "-");
+	else if (left == 0)
+		snprintf(out, 32, "now");
+	else if (left < 0)
+		snprintf(out, 32, "when idle");
+	else if (left < 60000)
+		snprintf(out, 32, "in %" PRId64 "s", (left + 999) / 1000);
+	else if (left < 3600000)
+		snprintf(out, 32, "in %" PRId64 "m", left / 60000);
+	else if (left < 86400000)
+		snprintf(out, 32, "in %" PRId64 "h", left / 3600000);
+	else
+		snprintf(out, 32, "in %" PRId64 "d", left / 86400000);
+}
+
+/* ,"ttl_ms":N|null,"idle_ms":N|null,"expires_at":"...Z"|null,
+ * "expires_in_ms":N|null,"expiry_error":"..."|null */
+static void json_expiry(const struct sbx_info *info)
+{
+	const uint64_t lim[2] = { info->ttl_ms, info->idle_ms };
+	const char *const key[2] = { "ttl_ms", "idle_ms" };
+	for (int i = 0; i < 2; i++) {
+		if (lim[i])
+			printf(",\"%s\":%" PRIu64, key[i], lim[i]);
+		else
+			printf(",\"%s\":null", key[i]);
+	}
+	int64_t left = expires_in(info);
+	if (left >= 0) {
+		char when[32];
+		when_utc((info->expires_at_ms + 999) / 1000, when);
+		printf(",\"expires_at\":\"%s\",\"expires_in_ms\":%" PRId64, when, left);
+	} else {
+		fputs(",\"expires_at\":null,\"expires_in_ms\":null", stdout);
+	}
+	fputc(',', stdout);
+	cli_json_field(stdout, "expiry_error", info->expiry_error);
+}
+
 static void json_info(const struct sbx_info *info)
 {
 	char when[32];
@@ -680,7 +766,9 @@ static void json_info(const struct sbx_info *info)
 	       ",%" PRIu32 "],",
 	       info->memory_bytes, info->oom_kills, info->uid_first, info->uid_last);
 	cli_json_field(stdout, "cgroup", info->cgroup);
-	printf(",\"cgroup_version\":%d}", info->cgroup_v2 ? 2 : 1);
+	printf(",\"cgroup_version\":%d", info->cgroup_v2 ? 2 : 1);
+	json_expiry(info);
+	fputc('}', stdout);
 }
 
 static int do_run(int argc, char **argv)
@@ -844,14 +932,15 @@ static int print_info(const struct sbx_info *info, void *ud)
 		return 0;
 	}
 	if (lo->n++ == 0)
-		printf("%-16s  %-6s  %-7s  %-20s  %-10s  %-10s  %-4s  %s\n", "ID", "KIND", "STATE",
-		       "CREATED", "NETWORK", "IMAGE", "OOM", "WORKSPACE");
-	char when[32];
+		printf("%-16s  %-6s  %-7s  %-20s  %-10s  %-10s  %-4s  %-9s  %s\n", "ID", "KIND",
+		       "STATE", "CREATED", "NETWORK", "IMAGE", "OOM", "EXPIRES", "WORKSPACE");
+	char when[32], expires[32];
 	when_utc(info->created, when);
+	expires_text(info, expires);
 	/* The whole path, the home after its workspace (whose owner it has). */
-	printf("%-16s  %-6s  %-7s  %-20s  %-10s  %-10s  %-4" PRIu64 "  %s%s%s%s\n", info->id,
+	printf("%-16s  %-6s  %-7s  %-20s  %-10s  %-10s  %-4" PRIu64 "  %-9s  %s%s%s%s\n", info->id,
 	       info->ephemeral ? "run" : "create", state_name(info), when,
-	       info->network[0] ? info->network : "?", info->image, info->oom_kills,
+	       info->network[0] ? info->network : "?", info->image, info->oom_kills, expires,
 	       info->workspace[0] ? info->workspace : "(fresh)", info->home[0] ? " (home " : "",
 	       info->home, info->home[0] ? ")" : "");
 	return 0;
@@ -885,6 +974,29 @@ static int do_list(int argc, char **argv)
 	else if (lo.n == 0)
 		printf("no sandboxes in %s\n", set.state_dir);
 	return 0;
+}
+
+/* inspect's ttl:, idle: and expires: lines. */
+static void print_expiry(const struct sbx_info *info)
+{
+	char ttl[32] = "none", idle[32] = "none", expires[32];
+	if (info->ttl_ms)
+		sbx_duration_format(info->ttl_ms, ttl, sizeof(ttl));
+	if (info->idle_ms)
+		sbx_duration_format(info->idle_ms, idle, sizeof(idle));
+	expires_text(info, expires);
+	printf("ttl:        %s\nidle:       %s\n", ttl, idle);
+	if (info->expiry_error[0]) {
+		printf("expires:    cannot tell: %s\n", info->expiry_error);
+	} else if (!info->ttl_ms && !info->idle_ms) {
+		printf("expires:    never\n");
+	} else if (expires_in(info) < 0) {
+		printf("expires:    once idle for %s (a command runs)\n", idle);
+	} else {
+		char when[32];
+		when_utc((info->expires_at_ms + 999) / 1000, when);
+		printf("expires:    %s (%s; by `airlock sandbox gc`)\n", expires, when);
+	}
 }
 
 static int do_inspect(int argc, char **argv)
@@ -921,6 +1033,7 @@ static int do_inspect(int argc, char **argv)
 	       " (root inside is %" PRIu32 ")\ncgroup:     %s (v%d)\n",
 	       info.oom_kills, info.uid_first, info.uid_last, info.uid_first, info.cgroup,
 	       info.cgroup_v2 ? 2 : 1);
+	print_expiry(&info);
 	return 0;
 }
 
@@ -1110,6 +1223,12 @@ static int do_budget(int argc, char **argv)
 	return 0;
 }
 
+static void said_expired(const char *id, const char *why, void *ud)
+{
+	(void)ud;
+	printf("destroyed sandbox %s (%s)\n", id, why);
+}
+
 static int do_gc(int argc, char **argv)
 {
 	if (argc > 1)
@@ -1117,13 +1236,21 @@ static int do_gc(int argc, char **argv)
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
+	/* The expired first: what they leave is then debris like any. */
+	struct al_error xerr = { 0 };
+	int xr = sbx_gc_expired(&set, said_expired, NULL, &xerr);
 	unsigned removed = 0;
 	struct al_error err = { 0 };
 	int r = sbx_gc(&set, &removed, &err);
 	printf("removed %u leftover%s\n", removed, removed == 1 ? "" : "s");
-	if (r < 0)
-		return cli_fail("%s", al_error_message(&err));
-	return 0;
+	fflush(stdout);
+	int rc = 0;
+	if (xr < 0)
+		rc = cli_fail("%s", al_error_message(&xerr));
+	/* (Both say so when the caller is not root: once is enough.) */
+	if (r < 0 && !(xr < 0 && strcmp(al_error_message(&xerr), al_error_message(&err)) == 0))
+		rc = cli_fail("%s", al_error_message(&err));
+	return rc;
 }
 
 int cmd_sandbox(int argc, char **argv)

@@ -82,6 +82,37 @@ int sbx_lock_dir(const char *dir, bool wait);
 /* 0 when path is a real directory owned by root and writable by root alone. */
 int sbx_check_private_dir(const char *path);
 
+/* expiry.c: <id>/expiry of a sandbox made with --ttl or --idle, beside
+ * the state file (which an earlier airlock must still read). Lengths in
+ * milliseconds; created_ms is the wall clock (CLOCK_REALTIME) at creation,
+ * for people; boot_ms the CLOCK_BOOTTIME then, which the ttl is counted
+ * on (see expiry.c). */
+struct sbx_expiry {
+	uint64_t ttl_ms, idle_ms;
+	int64_t created_ms;
+	uint64_t boot_ms;
+};
+#define SBX_EXPIRY_FILE_MAX 256
+/* The file's text into buf: its length, or -EINVAL for values out of range. */
+int sbx_expiry_format(const struct sbx_expiry *e, char *buf, size_t size);
+/* Parses the file's text (len bytes, no NUL needed): -EBADMSG for anything
+ * but what sbx_expiry_format writes. */
+int sbx_expiry_parse(const char *text, size_t len, struct sbx_expiry *ret);
+/* Written atomically (a temporary file renamed). */
+int sbx_expiry_write(const struct sbx_paths *p, const struct sbx_expiry *e);
+/* -ENOENT when the sandbox has none, -EBADMSG when it is damaged. */
+int sbx_expiry_read(const struct sbx_paths *p, struct sbx_expiry *ret);
+/* CLOCK_BOOTTIME and CLOCK_REALTIME in milliseconds. */
+uint64_t sbx_boot_ms(void);
+int64_t sbx_wall_ms(void);
+/* Fills info's expiry fields (asking the keeper how long it has been idle). */
+void sbx_expiry_info(const struct sbx_settings *set, const struct sbx_state *st,
+		     struct sbx_info *info);
+
+/* lifecycle.c: destroys a sandbox whose lock the caller holds. */
+int sbx_destroy_held(const struct sbx_settings *set, const char *id, struct sbx_state *st,
+		     struct al_error *err);
+
 /* lifecycle.c: whether a sandbox of the state directory (ud: the settings)
  * uses this generation of the /etc view. */
 bool sbx_etc_gen_in_use(const char *gen, void *ud);

@@ -21,6 +21,11 @@
  *           it through the parent-death signal, and with it every process
  *           the command started.
  *
+ * It also says how long no command has run (KEEPER_ACTIVITY, for
+ * `create --idle`: expiry.c), its live children being the truth for
+ * whether one runs, and once idle past a limit it was asked about it
+ * refuses every later command: the sandbox is being destroyed.
+ *
  * The request comes from root on the same host, but the keeper is a
  * long-lived privileged process: it checks every frame and field anyway.
  */
@@ -257,9 +262,78 @@ static void keeper_reply_err(int conn, const char *why)
 	(void)ipc_send(conn, KEEPER_ERR, why, strlen(why) + 1, NULL, 0);
 }
 
+/*
+ * What the keeper knows of the sandbox's use, for --idle (expiry.c asks):
+ * when it last reaped an exec helper (or started, or saw a command
+ * running), on CLOCK_BOOTTIME: setting the wall clock moves nothing, and
+ * time suspended counts as it does for people.
+ */
+struct keeper_activity {
+	uint64_t last_ms;
+	bool closed;		  /* idle past a limit it was asked about: refuses the rest */
+	uint64_t closed_after_ms; /* that limit */
+};
+
+/* Reaps the children that are gone (exec helpers: each marks activity);
+ * true when the sandbox's init was one of them. */
+static bool keeper_reap(pid_t init_pid, struct keeper_activity *act)
+{
+	bool init_gone = false;
+	pid_t done;
+	while ((done = waitpid(-1, NULL, WNOHANG)) > 0) {
+		if (done == init_pid)
+			init_gone = true;
+		else
+			act->last_ms = sbx_boot_ms();
+	}
+	return init_gone;
+}
+
+/* KEEPER_ACTIVITY: how long nothing has run; closes the sandbox to every
+ * later request when asked to and it has been idle long enough. */
+static void keeper_activity(int conn, pid_t init_pid, const struct ipc_msg *msg,
+			    struct keeper_activity *act)
+{
+	struct sbx_keeper_activity_req req;
+	if (msg->len != sizeof(req) || msg->n_fds != 0) {
+		keeper_reply_err(conn, "malformed activity request");
+		return;
+	}
+	memcpy(&req, msg->data, sizeof(req));
+	if (req.close_after_ms > SBX_EXPIRY_MAX_MS) {
+		keeper_reply_err(conn, "malformed activity request");
+		return;
+	}
+	/* A helper that ended and is not reaped yet ended by now at the
+	 * latest: reaped first, it counts from now rather than from an
+	 * earlier end. */
+	if (keeper_reap(init_pid, act))
+		_exit(0);
+	int idle = sbx_keeper_sandbox_idle(init_pid);
+	if (idle < 0) {
+		keeper_reply_err(conn, "cannot list the sandbox's processes");
+		return;
+	}
+	uint64_t now = sbx_boot_ms();
+	if (idle == 0)
+		act->last_ms = now; /* seen running now */
+	struct sbx_keeper_idle rep = {
+		.idle_ms = idle && now > act->last_ms ? now - act->last_ms : 0,
+		.busy = idle == 0,
+	};
+	if (!act->closed && req.close_after_ms && idle && rep.idle_ms >= req.close_after_ms) {
+		act->closed = true;
+		act->closed_after_ms = req.close_after_ms;
+	}
+	rep.closed = act->closed;
+	rep.closed_after_ms = act->closed ? act->closed_after_ms : 0;
+	(void)ipc_send(conn, KEEPER_IDLE, &rep, sizeof(rep), NULL, 0);
+}
+
 static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid, int sfd,
 			 const struct sbx_argarea *area, uint64_t pids,
-			 const struct sbx_bpf *filter, const char *stage)
+			 const struct sbx_bpf *filter, const char *stage,
+			 struct keeper_activity *act)
 {
 	struct timeval tv = { .tv_sec = KEEPER_RECV_TIMEOUT_S };
 	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -267,10 +341,27 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid
 		{ .type = KEEPER_EXEC, .max_len = KEEPER_REQ_MAX, .max_fds = 4 },
 		{ .type = KEEPER_EXEC_TTY, .max_len = 4 + KEEPER_REQ_MAX, .max_fds = 4 },
 		{ .type = KEEPER_RELAYER, .max_len = 128, .max_fds = IPC_MAX_FDS },
+		{ .type = KEEPER_ACTIVITY,
+		  .max_len = sizeof(struct sbx_keeper_activity_req),
+		  .max_fds = 0 },
 	};
 	_cleanup_ipc_msg_ struct ipc_msg msg = IPC_MSG_INIT;
 	if (ipc_recv(conn, allowed, ARRAY_SIZE(allowed), &msg) < 0)
 		return;
+	if (msg.type == KEEPER_ACTIVITY) {
+		keeper_activity(conn, init_pid, &msg, act);
+		return;
+	}
+	/* Idle past its --idle: it is being destroyed, and nothing may start
+	 * in it meanwhile (a command started now would be killed with it). */
+	if (act->closed) {
+		char lim[32], why[128];
+		sbx_duration_format(act->closed_after_ms, lim, sizeof(lim));
+		snprintf(why, sizeof(why),
+			 "it has been idle for %s (--idle) and is being destroyed", lim);
+		keeper_reply_err(conn, why);
+		return;
+	}
 	/* A failed new layer may have left the sandbox without its
 	 * workspace: nothing runs in it any more (it is to be destroyed). */
 	static bool broken;
@@ -354,6 +445,9 @@ keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, const struct sbx_arga
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sfd < 0)
 		_exit(125);
+	/* Idle from the start: a sandbox no command ever ran in is idle since
+	 * its creation. */
+	struct keeper_activity act = { .last_ms = sbx_boot_ms() };
 	for (;;) {
 		struct pollfd p[3] = {
 			{ .fd = listen_fd, .events = POLLIN },
@@ -370,10 +464,8 @@ keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, const struct sbx_arga
 			while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
 				;
 			/* Reap the exec helpers, and notice the init's end. */
-			pid_t done;
-			while ((done = waitpid(-1, NULL, WNOHANG)) > 0)
-				if (done == init_pid)
-					_exit(0);
+			if (keeper_reap(init_pid, &act))
+				_exit(0);
 		}
 		if (p[1].revents) {
 			/* The sandbox is gone (destroyed, or its init died). */
@@ -385,7 +477,7 @@ keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, const struct sbx_arga
 			int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
 			if (conn >= 0) {
 				keeper_serve(conn, listen_fd, init_pidfd, init_pid, sfd, area, pids,
-					     filter, stage);
+					     filter, stage, &act);
 				close(conn);
 			}
 		}

@@ -79,6 +79,12 @@ static int destroy_locked(const struct sbx_settings *set, const char *id, struct
 	return 0;
 }
 
+int sbx_destroy_held(const struct sbx_settings *set, const char *id, struct sbx_state *st,
+		     struct al_error *err)
+{
+	return destroy_locked(set, id, st, true, err);
+}
+
 int sbx_destroy(const struct sbx_settings *set, const char *id, struct al_error *err)
 {
 	struct sbx_state st;
@@ -141,6 +147,7 @@ static void info_from_state(const struct sbx_settings *set, const struct sbx_sta
 	info->running = pidfd >= 0;
 	safe_close(pidfd);
 	info->oom_kills = sbx_cgroup_oom_kills(&st->cg);
+	sbx_expiry_info(set, st, info);
 }
 
 int sbx_list(const struct sbx_settings *set, int (*fn)(const struct sbx_info *info, void *userdata),

@@ -182,6 +182,28 @@ enum {
 	/* KEEPER_EXEC with a terminal: payload u16 rows, u16 cols, then the
 	 * request; the same four descriptors (stdio unused but for EOF). */
 	KEEPER_EXEC_TTY,
+	/* payload: struct sbx_keeper_activity_req. Answered IDLE or ERR. */
+	KEEPER_ACTIVITY,
+	KEEPER_IDLE, /* payload: struct sbx_keeper_idle */
+};
+
+/*
+ * How long no command has run in the sandbox, as its keeper sees it: its
+ * live children are the truth for "a command runs", the time it reaped the
+ * last exec helper (or started) for "since when". close_after_ms: when
+ * nothing runs and it has been idle for at least that long, the keeper
+ * refuses every later request but this one (the caller destroys the
+ * sandbox, and no exec may start in between); 0: only asking.
+ */
+struct sbx_keeper_activity_req {
+	uint64_t close_after_ms; /* 0 to SBX_EXPIRY_MAX_MS */
+};
+struct sbx_keeper_idle {
+	uint64_t idle_ms; /* 0 while busy; CLOCK_BOOTTIME, so no clock setting moves it */
+	/* The close_after_ms that closed it (1 to SBX_EXPIRY_MAX_MS), or 0. */
+	uint64_t closed_after_ms;
+	uint32_t busy;	 /* 0 or 1: a command runs */
+	uint32_t closed; /* 0 or 1: it refuses everything now (idle past closed_after_ms) */
 };
 #define KEEPER_REQ_MAX (1024 * 1024)
 
@@ -194,6 +216,10 @@ struct ipc_msg;
 int sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *stage,
 		      struct ipc_msg *msg, const int *keeper_fds, size_t n_keeper_fds);
 #define KEEPER_MAX_ARGS 4096
+/* relayer.c: 1 when nothing runs in the sandbox but its init (the keeper's
+ * other children are zombies, the init has none), 0 when something does,
+ * or a negative errno. Called by the keeper. */
+int sbx_keeper_sandbox_idle(pid_t init_pid);
 
 /* Where a persistent sandbox's keeper listens. */
 int sbx_control_path(const struct sbx_paths *p, char *out, size_t size);

@@ -325,7 +325,7 @@ static int children_idle(pid_t parent, pid_t skip)
  * (a command's init whose helper was killed is handed to it, until it has
  * died of the kill).
  */
-static int sandbox_idle(pid_t init_pid)
+int sbx_keeper_sandbox_idle(pid_t init_pid)
 {
 	int r = children_idle(getpid(), init_pid);
 	if (r == 1)
@@ -355,7 +355,7 @@ int sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *stag
 	}
 	/* Nothing may run inside: our only live child is the sandbox's init
 	 * (an exec's helper, or what it left us, would be another). */
-	int r = sandbox_idle(init_pid);
+	int r = sbx_keeper_sandbox_idle(init_pid);
 	if (r < 0) {
 		reply_err(conn, "cannot list the sandbox's processes");
 		return 0;

@@ -100,7 +100,16 @@ struct sbx_spec {
 	/* Required for SBX_NETWORK_RESTRICTED and _OPEN: who serves the listeners. */
 	sbx_net_ready_fn net_ready;
 	void *net_ready_ud;
+	/* Persistent sandboxes only (sbx_run refuses them): destroyed by
+	 * sbx_gc_expired ttl_ms after their creation, or once no command has
+	 * run in them for idle_ms; 0: never. From SBX_EXPIRY_MIN_MS to
+	 * SBX_EXPIRY_MAX_MS. */
+	uint64_t ttl_ms;
+	uint64_t idle_ms;
 };
+
+#define SBX_EXPIRY_MIN_MS 1000ull
+#define SBX_EXPIRY_MAX_MS (365ull * 24 * 60 * 60 * 1000)
 
 /* How one command runs. */
 struct sbx_exec_opts {
@@ -198,6 +207,16 @@ struct sbx_info {
 	uint32_t uid_first, uid_last; /* its host uids */
 	bool cgroup_v2;
 	char cgroup[4096]; /* its cgroup (v1: the memory controller's) */
+	/* Its expiry (`create --ttl`, `--idle`; 0: none), which
+	 * sbx_gc_expired enforces. expires_at_ms: unix milliseconds when gc
+	 * destroys it at the earliest, as things stand (now or before: due);
+	 * 0 when nothing says: no expiry, or only --idle while a command runs,
+	 * or expiry_error. */
+	uint64_t ttl_ms, idle_ms;
+	int64_t expires_at_ms;
+	/* "" or why the expiry cannot be told: a damaged expiry file (gc then
+	 * leaves the sandbox alone), a keeper that does not answer. */
+	char expiry_error[64];
 };
 
 /* Calls fn for every sandbox in the state directory, `run`s included. */
@@ -214,6 +233,20 @@ int sbx_id_resolve(const struct sbx_settings *set, const char *typed, char out[S
 
 /* Removes what crashed or killed sandboxes left behind; reports the count. */
 int sbx_gc(const struct sbx_settings *set, unsigned *ret_removed, struct al_error *err);
+
+/*
+ * Destroys every persistent sandbox whose --ttl has passed (whatever runs
+ * in it) or that has been idle for its --idle (never while a command runs):
+ * calls fn with its id and why ("ttl 2h passed", "idle 5m passed") for each
+ * one destroyed. A sandbox whose expiry cannot be told is left alone and
+ * reported (the first such reason in err, -EBUSY); the others are still
+ * done.
+ */
+int sbx_gc_expired(const struct sbx_settings *set,
+		   void (*fn)(const char *id, const char *why, void *userdata), void *userdata,
+		   struct al_error *err);
+/* A duration in its largest whole unit: "7d", "2h", "5m", "30s", "1500ms". */
+void sbx_duration_format(uint64_t ms, char *out, size_t size);
 
 /* Removes a directory tree a sandbox may have written (its workspace, a
  * session's tree) as root: no link is followed, and a hostile depth is

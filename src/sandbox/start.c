@@ -126,6 +126,11 @@ static int validate_spec(const struct sbx_settings *set, const struct sbx_spec *
 				    "--network %s needs the egress gateway to serve the sandbox's "
 				    "network, and none was started",
 				    spec->network == SBX_NETWORK_OPEN ? "open" : "restricted");
+	if ((spec->ttl_ms &&
+	     (spec->ttl_ms < SBX_EXPIRY_MIN_MS || spec->ttl_ms > SBX_EXPIRY_MAX_MS)) ||
+	    (spec->idle_ms &&
+	     (spec->idle_ms < SBX_EXPIRY_MIN_MS || spec->idle_ms > SBX_EXPIRY_MAX_MS)))
+		return al_error_set(err, -EINVAL, "a ttl or idle limit is from 1s to 365d");
 	if (spec->trust_pem && spec->trust_pem_len > SBX_TRUST_PEM_MAX)
 		return al_error_set(err, -E2BIG, "the certificate to trust is too large");
 	if (spec->hostname) {
@@ -298,6 +303,16 @@ static int plan_sandbox(const struct sbx_settings *set, const struct sbx_spec *s
 		r = sbx_env_write_file(&sb->paths, spec);
 		if (r < 0)
 			return al_error_set_errno(err, r, "cannot record the environment");
+	}
+	/* Its own file, like the network mode's, and counted from here. */
+	if (spec->ttl_ms || spec->idle_ms) {
+		struct sbx_expiry e = { .ttl_ms = spec->ttl_ms,
+					.idle_ms = spec->idle_ms,
+					.created_ms = sbx_wall_ms(),
+					.boot_ms = sbx_boot_ms() };
+		r = sbx_expiry_write(&sb->paths, &e);
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot record the sandbox's expiry");
 	}
 	return 0;
 }
@@ -507,6 +522,11 @@ static int spawn_persistent(const struct sbx_spec *spec, struct sandbox *sb, str
 int sbx_run(const struct sbx_settings *set, const struct sbx_spec *spec, char *const *argv,
 	    const struct sbx_exec_opts *opts, struct sbx_result *ret, struct al_error *err)
 {
+	/* A `run`'s sandbox ends with its command. */
+	if (spec->ttl_ms || spec->idle_ms)
+		return al_error_set(err, -EINVAL,
+				    "--ttl and --idle are for `sandbox create`: a `sandbox run` "
+				    "ends with its command");
 	struct sandbox sb;
 	sandbox_init_struct(&sb);
 	sb.ephemeral = true;

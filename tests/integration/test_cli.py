@@ -211,7 +211,7 @@ def test_sandbox_list_and_inspect(airlock, workspace):
                                                                       "restricted")
         text = airlock("sandbox", "list", check=True).stdout.decode().splitlines()
         assert text[0].split() == ["ID", "KIND", "STATE", "CREATED", "NETWORK", "IMAGE", "OOM",
-                                   "WORKSPACE"]
+                                   "EXPIRES", "WORKSPACE"]
         row = [l for l in text if l.startswith(sid)][0]
         assert row.endswith("  " + str(workspace)) and " create " in row, row
     finally:
