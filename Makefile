@@ -5,6 +5,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 PYTEST     ?= /usr/bin/python3 -m pytest
 AIRLOCK     = $(BUILD)/src/cli/airlock
+PREFIX     ?= /usr/local
 
 .PHONY: all deps build install test unit integration asan demo bench clean check-src
 
@@ -19,11 +20,16 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 
-# airlock into <prefix>/bin, its helper programs into <prefix>/libexec/airlock
-# (prefix /usr/local unless `meson configure build -Dprefix=...`); DESTDIR
-# is honoured.
-install: build
-	meson install -C $(BUILD) --no-rebuild
+# airlock into $(PREFIX)/bin, its helper programs into
+# $(PREFIX)/libexec/airlock, the manual pages into $(PREFIX)/share/man/man1,
+# the bash and zsh completion into $(PREFIX)/share/bash-completion/completions
+# and $(PREFIX)/share/zsh/site-functions; all under $(DESTDIR) when it is set.
+# PREFIX is set on the build directory each time (a new one takes effect on
+# a build made for another; the same one changes nothing).
+install: deps $(BUILD)/build.ninja
+	meson configure $(BUILD) -Dprefix="$(PREFIX)" >/dev/null
+	ninja -C $(BUILD)
+	meson install -C $(BUILD) --no-rebuild $(if $(DESTDIR),--destdir "$(abspath $(DESTDIR))")
 
 # Unit tests, the source check and the fuzz corpora (meson test), then the
 # integration tests; then all of it again built with ASan and UBSan. Every

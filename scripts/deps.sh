@@ -7,7 +7,7 @@ build=(meson ninja-build pkg-config gcc clang libseccomp-dev libyaml-dev libcmoc
        libjansson-dev libsqlite3-dev libssl-dev libevent-dev libzstd-dev libarchive-dev zlib1g-dev
        libbrotli-dev)
 test=(python3 python3-pytest python3-brotli python3-zstandard busybox-static util-linux iproute2
-      procps curl git openssl nodejs clang-format e2fsprogs)
+      procps curl git openssl nodejs clang-format e2fsprogs groff-base man-db zsh)
 bench=(bubblewrap crun hyperfine squid-openssl mitmproxy squashfs-tools zstd)
 
 want=("${build[@]}" "${test[@]}")

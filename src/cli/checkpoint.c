@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/doc.h"
 #include "common/buf.h"
 #include "common/cleanup.h"
 #include "common/error.h"
@@ -68,12 +69,9 @@ static const char usage[] =
 	"                                      prints the id\n"
 	"--json: what the command prints, as one JSON value (docs/checkpoints.md)\n"
 	"An ID may be given as a unique prefix of at least 4 of its hex digits.\n"
-	"common options:\n"
-	"  --store DIR     the object store (default $AIRLOCK_STORE_DIR or " DEFAULT_STORE ")\n"
-	"  --tenant T      the tenant (default: default)\n"
-	"  --key FILE      the manifests' HMAC key (default $AIRLOCK_CHECKPOINT_KEY or\n"
-	"                  " DEFAULT_KEY "; `create` makes it when absent)\n"
-	"environment:\n"
+	"\noptions:\n";
+static const char usage_env[] =
+	"\nenvironment:\n"
 	"  AIRLOCK_STORE_THREADS=N  `create` and `restore` use N threads\n"
 	"                           (default: one per CPU; 1: no extra thread)\n";
 
@@ -103,6 +101,54 @@ enum {
 	OPT_OUTPUT = 'o',
 };
 
+/* Every subcommand parses them all; one that does not apply is refused
+ * after parsing (cmd_checkpoint). */
+static const struct cli_optdef checkpoint_optdefs[] = {
+	{ "store", OPT_STORE, "DIR",
+	  "the object store (default $AIRLOCK_STORE_DIR or\n" DEFAULT_STORE ")" },
+	{ "tenant", OPT_TENANT, "T", "the tenant (default: default)" },
+	{ "key", OPT_KEY, "FILE",
+	  "the manifests' HMAC key (default $AIRLOCK_CHECKPOINT_KEY or\n" DEFAULT_KEY
+	  "; `create` makes it when absent)" },
+	{ "workspace", OPT_WORKSPACE, "DIR", "(create) the tree to checkpoint" },
+	{ "upper", OPT_UPPER, "DIR", "(create) an overlayfs upper layer over checkpoint --lower" },
+	{ "lower", OPT_LOWER, "ID", "(create) the checkpoint under --upper" },
+	{ "userxattr", OPT_USERXATTR, NULL, "(create) the upper layer's mount had that option" },
+	{ "session", OPT_SESSION, "S", "the session (default: default)" },
+	{ "to", OPT_TO, "DIR", "(restore) where the tree goes" },
+	{ "max-bytes", OPT_MAX_BYTES, "SIZE",
+	  "(create, restore, import) refused before reading past SIZE\n"
+	  "bytes (a file's holes count)" },
+	{ "max-files", OPT_MAX_FILES, "N", "(create, restore, import) at most N entries" },
+	{ "max-depth", OPT_MAX_DEPTH, "N", "(create, restore, import) at most N levels deep" },
+	{ "names-only", OPT_NAMES_ONLY, NULL, "(diff) the A/D/M lines alone" },
+	{ "owner", OPT_OWNER, "USER[:GROUP]",
+	  "(restore) every entry, DIR too, is USER's; names or\n"
+	  "numbers; USER alone: with USER's primary group" },
+	{ "full", OPT_FULL, NULL,
+	  "(create) the whole tree, not a delta over the session's latest" },
+	{ "keep-last", OPT_KEEP_LAST, "K", "(gc) keep each session's last K checkpoints" },
+	{ "keep-days", OPT_KEEP_DAYS, "N", "(gc) keep the checkpoints of the last N days" },
+	{ "max-unused", OPT_MAX_UNUSED, "PCT",
+	  "(gc) rewrite the packs more than PCT percent unused (10)" },
+	{ "dry-run", OPT_DRY_RUN, NULL, "(gc) count what would go, delete nothing" },
+	{ "force", OPT_FORCE, NULL,
+	  "(restore) DIR may hold a tree, replaced in one rename once\n"
+	  "the restore is whole; its mode and owner stay" },
+	{ "json", OPT_JSON, NULL, "(log) JSON lines" },
+	{ "output", OPT_OUTPUT, "FILE",
+	  "(export; also -o FILE) the tar file (-: standard output)" },
+	{ "help", OPT_HELP, NULL, "print this and exit" },
+	{ NULL, 0, NULL, NULL },
+};
+
+static void checkpoint_usage(FILE *f)
+{
+	fputs(usage, f);
+	cli_print_optdefs(f, checkpoint_optdefs);
+	fputs(usage_env, f);
+}
+
 struct copts {
 	const char *store, *tenant, *key, *workspace, *upper, *lower, *session, *to, *owner;
 	const char *output;
@@ -117,32 +163,8 @@ struct copts {
 
 static int parse(int argc, char **argv, struct copts *o)
 {
-	static const struct option longopts[] = {
-		{ "store", required_argument, NULL, OPT_STORE },
-		{ "tenant", required_argument, NULL, OPT_TENANT },
-		{ "key", required_argument, NULL, OPT_KEY },
-		{ "workspace", required_argument, NULL, OPT_WORKSPACE },
-		{ "upper", required_argument, NULL, OPT_UPPER },
-		{ "lower", required_argument, NULL, OPT_LOWER },
-		{ "userxattr", no_argument, NULL, OPT_USERXATTR },
-		{ "session", required_argument, NULL, OPT_SESSION },
-		{ "to", required_argument, NULL, OPT_TO },
-		{ "max-bytes", required_argument, NULL, OPT_MAX_BYTES },
-		{ "max-files", required_argument, NULL, OPT_MAX_FILES },
-		{ "max-depth", required_argument, NULL, OPT_MAX_DEPTH },
-		{ "names-only", no_argument, NULL, OPT_NAMES_ONLY },
-		{ "owner", required_argument, NULL, OPT_OWNER },
-		{ "full", no_argument, NULL, OPT_FULL },
-		{ "keep-last", required_argument, NULL, OPT_KEEP_LAST },
-		{ "keep-days", required_argument, NULL, OPT_KEEP_DAYS },
-		{ "max-unused", required_argument, NULL, OPT_MAX_UNUSED },
-		{ "dry-run", no_argument, NULL, OPT_DRY_RUN },
-		{ "force", no_argument, NULL, OPT_FORCE },
-		{ "json", no_argument, NULL, OPT_JSON },
-		{ "output", required_argument, NULL, OPT_OUTPUT },
-		{ "help", no_argument, NULL, OPT_HELP },
-		{ NULL, 0, NULL, 0 },
-	};
+	struct option longopts[32];
+	cli_longopts(longopts, ARRAY_SIZE(longopts), 0, checkpoint_optdefs);
 	const char *env;
 	o->store = (env = getenv("AIRLOCK_STORE_DIR")) && *env ? env : DEFAULT_STORE;
 	o->key = (env = getenv("AIRLOCK_CHECKPOINT_KEY")) && *env ? env : DEFAULT_KEY;
@@ -239,7 +261,7 @@ static int parse(int argc, char **argv, struct copts *o)
 			o->output = optarg;
 			break;
 		case OPT_HELP:
-			fputs(usage, stdout);
+			checkpoint_usage(stdout);
 			return CLI_HELP_SHOWN;
 		default:
 			return cli_bad_option(argv, longopts, "checkpoint");
@@ -1048,7 +1070,7 @@ static int do_gc(struct copts *o)
 int cmd_checkpoint(int argc, char **argv)
 {
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
-		fputs(usage, argc < 2 ? stderr : stdout);
+		checkpoint_usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? EXIT_AIRLOCK_ERROR : 0;
 	}
 	const char *sub = argv[1];
@@ -1094,4 +1116,19 @@ int cmd_checkpoint(int argc, char **argv)
 	if (strcmp(sub, "log") == 0)
 		return do_log(&o);
 	return cli_fail("unknown checkpoint command '%s' (try `airlock checkpoint --help`)", sub);
+}
+
+/* ---- for the manual and the completion (cli/doc.h) ---- */
+
+static void checkpoint_help(FILE *f, const void *ud)
+{
+	checkpoint_usage(f);
+}
+
+int cli_doc_checkpoint(void)
+{
+	const struct cli_doc doc = { .name = "checkpoint",
+				     .help = checkpoint_help,
+				     .tables = { checkpoint_optdefs } };
+	return cli_doc_print(stdout, &doc, 1, NULL);
 }

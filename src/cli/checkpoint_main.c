@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include "cli/cli.h"
+#include "cli/doc.h"
 
 int main(int argc, char **argv)
 {
@@ -12,6 +13,9 @@ int main(int argc, char **argv)
 		return r;
 	/* As `ps` shows airlock's other commands. */
 	prctl(PR_SET_NAME, "airlock", 0, 0, 0);
+	/* For the manual and the completion, at build time. */
+	if (argc == 2 && strcmp(argv[1], CLI_DOC_ARG) == 0)
+		return cli_doc_checkpoint();
 	if (argc >= 2 && strcmp(argv[1], "checkpoint") == 0)
 		return cmd_checkpoint(argc - 1, argv + 1);
 	return cli_fail("this is airlock's checkpoint program: run `airlock checkpoint`");

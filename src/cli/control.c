@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/doc.h"
 #include "common/buf.h"
 #include "common/cleanup.h"
 #include "common/parse.h"
@@ -92,6 +93,15 @@ struct cmd {
 	int min_args, max_args;
 };
 
+static void cmd_usage(FILE *f, const void *ud)
+{
+	const struct cmd *c = ud;
+	fprintf(f, "usage: airlock %s %s\n  %s\n\noptions:\n", c->name, c->synopsis, c->help);
+	if (c->defs)
+		cli_print_optdefs(f, c->defs);
+	cli_print_optdefs(f, common_optdefs);
+}
+
 static int parse(const struct cmd *c, int argc, char **argv, struct opts *o)
 {
 	struct option longopts[48];
@@ -141,11 +151,7 @@ static int parse(const struct cmd *c, int argc, char **argv, struct opts *o)
 						optarg);
 			break;
 		case OPT_HELP:
-			printf("usage: airlock %s %s\n  %s\n\noptions:\n", c->name, c->synopsis,
-			       c->help);
-			if (c->defs)
-				cli_print_optdefs(stdout, c->defs);
-			cli_print_optdefs(stdout, common_optdefs);
+			cmd_usage(stdout, c);
 			return CLI_HELP_SHOWN;
 		default:
 			return cli_bad_option(argv, longopts, c->name);
@@ -716,4 +722,18 @@ int cmd_control(int argc, char **argv)
 		return cmds[i].run(&o);
 	}
 	return cli_fail("unknown command '%s'", argv[0]);
+}
+
+/* ---- for the manual and the completion (cli/doc.h) ---- */
+
+int cli_doc_control(void)
+{
+	struct cli_doc docs[ARRAY_SIZE(cmds)];
+	for (size_t i = 0; i < ARRAY_SIZE(cmds); i++) {
+		docs[i] =
+			(struct cli_doc){ .name = cmds[i].name, .help = cmd_usage, .ud = &cmds[i] };
+		docs[i].tables[0] = cmds[i].defs ? cmds[i].defs : common_optdefs;
+		docs[i].tables[1] = cmds[i].defs ? common_optdefs : NULL;
+	}
+	return cli_doc_print(stdout, docs, ARRAY_SIZE(cmds), NULL);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/doc.h"
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "common/fdutil.h"
@@ -139,4 +140,19 @@ int cmd_gateway(int argc, char **argv)
 	 * has (a sanitizer's leak check). */
 	fflush(NULL);
 	_exit(r);
+}
+
+/* ---- for the manual and the completion (cli/doc.h) ---- */
+
+static void gateway_help(FILE *f, const void *ud)
+{
+	gateway_usage(f);
+}
+
+int cli_doc_gateway(void)
+{
+	const struct cli_doc doc = { .name = "gateway",
+				     .help = gateway_help,
+				     .tables = { gateway_optdefs, cli_gw_optdefs } };
+	return cli_doc_print(stdout, &doc, 1, NULL);
 }

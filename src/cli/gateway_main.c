@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/doc.h"
 #include "gateway/gateway.h"
 #include "gateway/handover.h"
 
@@ -23,6 +24,9 @@ int main(int argc, char **argv)
 		_exit(gw_process_main(GW_PROCESS_FD));
 	/* As `ps` shows airlock's other commands. */
 	prctl(PR_SET_NAME, "airlock", 0, 0, 0);
+	/* For the manual and the completion, at build time. */
+	if (argc == 2 && strcmp(argv[1], CLI_DOC_ARG) == 0)
+		return cli_doc_gateway();
 	if (argc >= 2 && strcmp(argv[1], "gateway") == 0)
 		return cmd_gateway(argc - 1, argv + 1);
 	return cli_fail("this is airlock's gateway program: run `airlock gateway`");

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/doc.h"
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "gateway/gateway.h"
@@ -56,18 +57,18 @@ static const struct {
 	{ "run", run_control, "[--preset NAME] [--repo DIR|URL] [--session ID] PROMPT",
 	  "an agent's turn in a sandbox, with a checkpoint after it" },
 	{ "turn", run_control, "SESSION PROMPT", "the next turn of a session" },
-	{ "session", run_control, "list|show|rm", "sessions" },
+	{ "session", run_control, "list|show|rm|gc", "sessions" },
 	{ "events", run_control, "SESSION [--follow] [--json]", "a session's agent events" },
 	{ "diff", run_control, "SESSION [TURN] [--text]", "what a turn changed" },
 	{ "fork", run_control, "SESSION|CHECKPOINT", "a new session from a checkpoint" },
 	{ "cancel", run_control, "SESSION", "cancel a session's running or queued turn" },
 	{ "vault", run_control, "set NAME|rm NAME|list",
 	  "the credentials the gateway injects (values from standard input)" },
-	{ "sandbox", cmd_sandbox, "run|create|exec|list|destroy|audit|policy|gc",
+	{ "sandbox", cmd_sandbox, "run|create|exec|list|inspect|destroy|audit|policy|budget|gc",
 	  "Linux sandboxes, with their egress gateway" },
 	{ "gateway", run_gateway, "--listen ADDR:PORT [OPTIONS]",
 	  "the egress gateway alone, as an HTTP proxy" },
-	{ "checkpoint", run_checkpoint, "create|restore|diff|ls|latest|export|import|gc",
+	{ "checkpoint", run_checkpoint, "create|restore|diff|ls|latest|log|adopt|export|import|gc",
 	  "workspace checkpoints" },
 	{ "doctor", cmd_doctor, "", "kernel features present or missing" },
 	{ "version", cmd_version, "", "print the version" },
@@ -96,6 +97,35 @@ static int cmd_help(int argc, char **argv)
 	return 0;
 }
 
+/* ---- for the manual and the completion (cli/doc.h) ---- */
+
+static void top_help(FILE *f, const void *ud)
+{
+	usage(f);
+}
+
+/* Every command, as the manual's list and the completion show them. */
+static void top_commands(FILE *f)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(commands); i++) {
+		fputs(i ? ",{\"name\":" : "[{\"name\":", f);
+		cli_json_str(f, commands[i].name);
+		fputs(",\"synopsis\":", f);
+		cli_json_str(f, commands[i].synopsis);
+		fputs(",\"summary\":", f);
+		cli_json_str(f, commands[i].help);
+		fputc('}', f);
+	}
+	fputc(']', f);
+}
+
+static int print_doc(void)
+{
+	struct cli_doc docs[2] = { { .name = "airlock", .help = top_help } };
+	cli_doc_sandbox(&docs[1]);
+	return cli_doc_print(stdout, docs, ARRAY_SIZE(docs), top_commands);
+}
+
 int main(int argc, char **argv)
 {
 	int r = cli_init();
@@ -105,6 +135,9 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_AIRLOCK_ERROR;
 	}
+	/* For the manual and the completion, at build time. */
+	if (argc == 2 && strcmp(argv[1], CLI_DOC_ARG) == 0)
+		return print_doc();
 	const char *cmd = argv[1];
 	if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0)
 		cmd = "help";

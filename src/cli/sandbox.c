@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/doc.h"
 #include "common/cleanup.h"
 #include "common/denial.h"
 #include "common/error.h"
@@ -1307,4 +1308,18 @@ int cmd_doctor(int argc, char **argv)
 	if (argc > 1)
 		return cli_fail("doctor takes no arguments");
 	return sbx_doctor(1) == 0 ? 0 : 1;
+}
+
+/* ---- for the manual and the completion (cli/doc.h) ---- */
+
+static void sandbox_help(FILE *f, const void *ud)
+{
+	sandbox_usage(f);
+}
+
+void cli_doc_sandbox(struct cli_doc *ret)
+{
+	*ret = (struct cli_doc){ .name = "sandbox",
+				 .help = sandbox_help,
+				 .tables = { spec_optdefs, cli_gw_optdefs, exec_optdefs } };
 }

@@ -60,7 +60,9 @@ class Airlock:
             "AIRLOCK_CGROUP_PARENT": cgroup_parent,
             "AIRLOCK_UID_BASE": str(UID_BASE),
         }
-        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+        # AIRLOCK_GATEWAY_UID: as GATEWAY_UID above (a UID_BASE whose ranges
+        # hold the default needs another).
+        for k in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "AIRLOCK_GATEWAY_UID"):
             if k in os.environ:
                 self.env[k] = os.environ[k]
 
