@@ -166,6 +166,8 @@ def roff_verbatim(text):
 
 def option_tag(o):
     tag = "\\fB\\-\\-" + roff_chars(o["name"]) + "\\fR"
+    if o.get("short"):
+        tag = "\\fB\\-" + roff_chars(o["short"]) + "\\fR, " + tag
     if o["arg"]:
         tag += " \\fI" + roff_chars(o["arg"]) + "\\fR"
     return tag
@@ -267,7 +269,8 @@ def bash(top, cmds):
     for name, c in cmds.items():
         if name == "airlock":
             continue
-        words = " ".join("--" + o["name"] + ("=" if o["arg"] else "") for o in all_options(c))
+        words = " ".join(("-" + o["short"] + " " if o.get("short") else "") + "--" +
+                         o["name"] + ("=" if o["arg"] else "") for o in all_options(c))
         out.append(f"\t{name}) echo {sh_quote(words)} ;;")
     out += ["\tesac", "}", "",
             "_airlock_subcommands()", "{", "\tcase $1 in"]
@@ -414,7 +417,10 @@ def z_value_fn(cname, o):
 
 def z_option(cname, o):
     if not o["arg"]:
-        return zq(f"*--{o['name']}[{z_desc(o['help'])}]")
+        spec = zq(f"*--{o['name']}[{z_desc(o['help'])}]")
+        if o.get("short"):
+            spec += " " + zq(f"*-{o['short']}[{z_desc(o['help'])}]")
+        return spec
     k = value_kind(cname, o)
     # An action holds no ':' (it would end it): words and directories
     # together go through a function of their own.

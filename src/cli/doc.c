@@ -71,6 +71,9 @@ static int print_doc(FILE *f, const struct cli_doc *d)
 				fputs("null", f);
 			fputs(",\"help\":", f);
 			cli_json_str(f, o->help);
+			/* An id that is a letter is the option's short form too. */
+			if ((o->id >= 'a' && o->id <= 'z') || (o->id >= 'A' && o->id <= 'Z'))
+				fprintf(f, ",\"short\":\"%c\"", o->id);
 			fputc('}', f);
 		}
 	fputs("]}", f);

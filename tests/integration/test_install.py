@@ -72,7 +72,7 @@ def commands(airlock):
 
 def table_options(help_text):
     """The options an option table of --help lists ("  --name ...")."""
-    return re.findall(r"^  --([a-z0-9][a-z0-9-]*)", help_text, re.M)
+    return re.findall(r"^  (?:-[a-zA-Z], )?--([a-z0-9][a-z0-9-]*)", help_text, re.M)
 
 
 def pages(airlock):
@@ -164,7 +164,7 @@ def test_man_pages_render_and_list_every_option(airlock, installed):
         assert opts and sorted(opts) == sorted(docs[name]), (name, opts, docs[name])
         for o in opts:
             # In OPTIONS, at the start of a line, with a plain '-'.
-            assert re.search(rf"^ +--{o}( |$)", text, re.M), (name, o)
+            assert re.search(rf"^ +(-[a-zA-Z], )?--{o}( |$)", text, re.M), (name, o)
     # man itself, as a user reads one: its own warnings too.
     if shutil.which("man"):
         p = subprocess.run(["man", "--warnings", "-l", str(installed /
