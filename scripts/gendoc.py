@@ -30,6 +30,7 @@ VALUE_WORDS = {
 # after it) or files, by command and subcommand.
 POSITIONALS = {
     ("sandbox", "exec"): ["sandbox"],
+    ("sandbox", "logs"): ["sandbox"],
     ("sandbox", "inspect"): ["sandbox"],
     ("sandbox", "destroy"): ["sandbox..."],
     ("sandbox", "audit"): ["sandbox"],

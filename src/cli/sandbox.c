@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <sys/mman.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,6 +31,8 @@
 
 #define DEFAULT_MEMORY ((uint64_t)4 << 30)
 #define DEFAULT_PIDS 4096
+/* A detached command's log is on the host's disk: capped unless asked. */
+#define DETACH_OUTPUT_LIMIT ((uint64_t)64 << 20)
 
 enum {
 	OPT_WORKSPACE = 256,
@@ -96,6 +100,10 @@ static const struct cli_optdef exec_optdefs[] = {
 	  "environment for every command (repeatable); with a network,\n"
 	  "the gateway's variables (proxies, CA bundles) cannot be set" },
 	{ "cwd", OPT_CWD, "DIR", "(exec) working directory inside" },
+	{ "detach", 'd', NULL,
+	  "(exec) leave the command running and print its number:\n"
+	  "output to its log (`sandbox logs ID N`), stdin /dev/null,\n"
+	  "--output-limit 64M unless given; ends with the sandbox" },
 	{ "tty", 't', NULL,
 	  "a terminal of the sandbox's own for the command (job control,\n"
 	  "window size; keys such as Ctrl-C go to the command; output\n"
@@ -116,8 +124,10 @@ static void sandbox_usage(FILE *f)
 	fputs("usage:\n"
 	      "  airlock sandbox run [OPTIONS] -- CMD [ARG...]      create, run, destroy\n"
 	      "  airlock sandbox create [OPTIONS]                   print the new sandbox's id\n"
-	      "  airlock sandbox exec [-t] [--env K=V] [--cwd DIR] [--timeout S]\n"
+	      "  airlock sandbox exec [-t|-d] [--env K=V] [--cwd DIR] [--timeout S]\n"
 	      "                       [--output-limit SIZE] ID -- CMD [ARG...]\n"
+	      "  airlock sandbox logs ID [N] [-f|--follow]           output of detached command N\n"
+	      "                                                      (default: the latest)\n"
 	      "  airlock sandbox list [--json]                     every sandbox, `run`s too\n"
 	      "  airlock sandbox inspect ID [--json]\n"
 	      "  airlock sandbox destroy ID...\n"
@@ -150,6 +160,7 @@ struct options {
 	struct cli_gw_opts gw;
 	const char *audit;
 	bool json;
+	bool detach;
 };
 
 /* Parses options; which ones are allowed depends on the subcommand (run has
@@ -171,7 +182,7 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 	int c, li = -1;
 	char optname[32];
 	/* "+": stop at the first non-option, so CMD's own options stay its own. */
-	while ((c = getopt_long(argc, argv, "+t", longopts, &li)) != -1) {
+	while ((c = getopt_long(argc, argv, "+dt", longopts, &li)) != -1) {
 		const char *name = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
 		if (c != '?' && li >= 0) {
 			/* Not argv[optind - 1]: that is the value of "--opt VALUE". */
@@ -187,6 +198,7 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 			       c == OPT_IDLE || is_gw;
 		bool is_exec = c == OPT_TIMEOUT || c == OPT_OUTPUT_LIMIT || c == OPT_CWD ||
 			       c == 't';
+		bool is_exec_only = c == 'd';
 		bool is_run = c == OPT_AUDIT;
 		bool is_create = c == OPT_JSON;
 		if ((c == OPT_TTL || c == OPT_IDLE) && spec_opts && exec_opts)
@@ -194,6 +206,7 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 					"command",
 					name);
 		if ((is_spec && !spec_opts) || (is_exec && !exec_opts) ||
+		    (is_exec_only && (spec_opts || !exec_opts)) ||
 		    (is_run && !(spec_opts && exec_opts)) || (is_create && exec_opts))
 			return cli_fail(
 				"option %s does not apply here (see `airlock sandbox --help`)",
@@ -313,6 +326,9 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 		case 't':
 			o->exec.tty = true;
 			break;
+		case 'd':
+			o->detach = true;
+			break;
 		case OPT_TTL:
 		case OPT_IDLE: {
 			uint64_t ms;
@@ -350,6 +366,9 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 		o->exec.env = o->env;
 		o->exec.n_env = o->n_env;
 	}
+	if (o->detach && o->exec.tty)
+		return cli_fail("--detach and --tty do not go together: a detached command has "
+				"no terminal (its output is in `sandbox logs`)");
 	if (o->exec.tty) {
 		/* The terminal's first size: ours (stdin's, or stdout's). */
 		struct winsize ws;
@@ -746,7 +765,15 @@ static void json_expiry(const struct sbx_info *info)
 	cli_json_field(stdout, "expiry_error", info->expiry_error);
 }
 
-static void json_info(const struct sbx_info *info)
+static const char *detached_state(const struct sbx_detached *d)
+{
+	return d->state == SBX_DETACHED_RUNNING ? "running" :
+	       d->state == SBX_DETACHED_ENDED	? "ended" :
+						  "lost";
+}
+
+/* det: inspect's list of detached commands (NULL: none shown). */
+static void json_info(const struct sbx_info *info, const struct sbx_detached *det, size_t n_det)
 {
 	char when[32];
 	when_utc(info->created, when);
@@ -769,6 +796,18 @@ static void json_info(const struct sbx_info *info)
 	cli_json_field(stdout, "cgroup", info->cgroup);
 	printf(",\"cgroup_version\":%d", info->cgroup_v2 ? 2 : 1);
 	json_expiry(info);
+	if (det) {
+		fputs(",\"detached\":[", stdout);
+		for (size_t i = 0; i < n_det; i++) {
+			printf("%s{\"n\":%u,\"state\":\"%s\",", i ? "," : "", det[i].n,
+			       detached_state(&det[i]));
+			cli_json_field(stdout, "status", det[i].status);
+			fputc(',', stdout);
+			cli_json_field(stdout, "command", det[i].command);
+			fputc('}', stdout);
+		}
+		fputc(']', stdout);
+	}
 	fputc('}', stdout);
 }
 
@@ -852,7 +891,7 @@ static int do_create(int argc, char **argv)
 		return cli_fail("%s", al_error_message(&err));
 	struct sbx_info info;
 	if (o.json && sbx_inspect(&set, id, &info, &err) == 0) {
-		json_info(&info);
+		json_info(&info, NULL, 0);
 		fputc('\n', stdout);
 	} else if (o.json) {
 		printf("{\"id\":\"%s\"}\n", id);
@@ -912,11 +951,91 @@ static int do_exec(int argc, char **argv)
 		audit_rd = safe_close(audit_rd);
 	struct sbx_result res;
 	struct al_error err = { 0 };
+	if (o.detach) {
+		/* Its refusals are in the audit log, as every command's. */
+		unsigned n;
+		if (!o.exec.output_limit)
+			o.exec.output_limit = DETACH_OUTPUT_LIMIT;
+		if (sbx_exec_detached(&set, id, cmd, &o.exec, &n, &err) < 0)
+			return cli_fail("%s", al_error_message(&err));
+		printf("%u\n", n);
+		return 0;
+	}
 	if (sbx_exec(&set, id, cmd, &o.exec, &res, &err) < 0)
 		return cli_fail("%s", al_error_message(&err));
 	if (audit_rd >= 0)
 		report_denials(audit_rd, ast.st_size, id, false, learn, "the audit log has each");
 	return report(&res);
+}
+
+/* `sandbox logs ID [N] [--follow]`: a detached command's output. */
+static int do_logs(int argc, char **argv)
+{
+	static const char usage[] = "usage: airlock sandbox logs ID [N] [-f|--follow]";
+	const char *typed = NULL, *num = NULL;
+	bool follow = false;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-f") == 0 || strcmp(argv[i], "--follow") == 0)
+			follow = true;
+		else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			sandbox_usage(stdout);
+			return 0;
+		} else if (argv[i][0] == '-')
+			return cli_fail("unknown option %s (%s)", argv[i], usage);
+		else if (!typed)
+			typed = argv[i];
+		else if (!num)
+			num = argv[i];
+		else
+			return cli_fail("%s", usage);
+	}
+	if (!typed)
+		return cli_fail("%s", usage);
+	uint64_t n = 0;
+	if (num && (parse_u64(num, &n) < 0 || n == 0 || n > UINT32_MAX))
+		return cli_fail("a detached command's number is 1 or more (as `sandbox exec "
+				"--detach` printed it), not '%s'",
+				num);
+	struct sbx_settings set;
+	char id[SBX_ID_LEN + 1];
+	if (settings(&set) || resolve(&set, typed, id))
+		return EXIT_AIRLOCK_ERROR;
+	struct al_error err = { 0 };
+	_cleanup_close_ int fd = -1, logs = -1;
+	unsigned which;
+	if (sbx_detached_log(&set, id, (unsigned)n, &fd, &logs, &which, &err) < 0)
+		return cli_fail("%s", al_error_message(&err));
+	/* With --follow: new output as it is written, until the command has
+	 * ended and all of it is out. inotify wakes us; the 1 s poll is a
+	 * bound, not a guess (each round reads whatever is there). */
+	_cleanup_close_ int ino = -1;
+	if (follow) {
+		ino = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+		char self[64];
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", logs);
+		if (ino < 0 ||
+		    inotify_add_watch(ino, self, IN_MODIFY | IN_MOVED_TO | IN_CLOSE_WRITE) < 0)
+			return cli_fail("cannot follow the log: %s", al_strerror(errno));
+	}
+	char buf[65536];
+	for (;;) {
+		bool ended = follow && sbx_detached_ended(logs, which);
+		ssize_t got;
+		while ((got = read(fd, buf, sizeof(buf))) > 0)
+			if (write_full(1, buf, (size_t)got) < 0)
+				return 0; /* our reader went away */
+		if (got < 0 && errno != EINTR)
+			return cli_fail("cannot read the log: %s", al_strerror(errno));
+		/* Ended before that last read: nothing more will come. */
+		if (!follow || ended)
+			return 0;
+		struct pollfd p = { .fd = ino, .events = POLLIN };
+		if (poll(&p, 1, 1000) > 0) {
+			char ev[4096];
+			while (read(ino, ev, sizeof(ev)) > 0)
+				;
+		}
+	}
 }
 
 struct list_out {
@@ -929,7 +1048,7 @@ static int print_info(const struct sbx_info *info, void *ud)
 	struct list_out *lo = ud;
 	if (lo->json) {
 		fputs(lo->n++ ? "," : "[", stdout);
-		json_info(info);
+		json_info(info, NULL, 0);
 		return 0;
 	}
 	if (lo->n++ == 0)
@@ -1014,8 +1133,12 @@ static int do_inspect(int argc, char **argv)
 	struct al_error err = { 0 };
 	if (sbx_inspect(&set, id, &info, &err) < 0)
 		return cli_fail("%s", al_error_message(&err));
+	_cleanup_free_ struct sbx_detached *det = NULL;
+	size_t n_det = 0;
+	if (sbx_detached_list(&set, id, &det, &n_det, &err) < 0)
+		return cli_fail("%s", al_error_message(&err));
 	if (json) {
-		json_info(&info);
+		json_info(&info, det ? det : (struct sbx_detached[1]){ { 0 } }, n_det);
 		fputc('\n', stdout);
 		return 0;
 	}
@@ -1035,6 +1158,12 @@ static int do_inspect(int argc, char **argv)
 	       info.oom_kills, info.uid_first, info.uid_last, info.uid_first, info.cgroup,
 	       info.cgroup_v2 ? 2 : 1);
 	print_expiry(&info);
+	for (size_t i = 0; i < n_det; i++)
+		printf("%-12s%-3u %-22s %s\n", i ? "" : "detached:", det[i].n,
+		       det[i].state == SBX_DETACHED_ENDED   ? det[i].status :
+		       det[i].state == SBX_DETACHED_RUNNING ? "running" :
+							      "lost (its supervisor was killed)",
+		       det[i].command);
 	return 0;
 }
 
@@ -1262,8 +1391,8 @@ int cmd_sandbox(int argc, char **argv)
 	}
 	const char *sub = argv[1];
 	/* The commands without options of their own have --help too. */
-	static const char *const plain[] = { "list",  "inspect", "destroy", "gc",
-					     "audit", "policy",	 "budget",  NULL };
+	static const char *const plain[] = { "list",   "inspect", "destroy", "gc", "audit",
+					     "policy", "budget",  "logs",    NULL };
 	for (size_t i = 0; plain[i]; i++)
 		if (strcmp(sub, plain[i]) == 0 && argc > 2 &&
 		    (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
@@ -1280,6 +1409,8 @@ int cmd_sandbox(int argc, char **argv)
 		return do_list(argc - 1, argv + 1);
 	if (strcmp(sub, "inspect") == 0)
 		return do_inspect(argc - 1, argv + 1);
+	if (strcmp(sub, "logs") == 0)
+		return do_logs(argc - 1, argv + 1);
 	if (strcmp(sub, "destroy") == 0)
 		return do_destroy(argc - 1, argv + 1);
 	if (strcmp(sub, "gc") == 0)

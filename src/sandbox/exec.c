@@ -62,6 +62,14 @@ static int request_build(char *const *argv, char *const *envp, const char *cwd,
 int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 	     const struct sbx_exec_opts *opts, struct sbx_result *ret, struct al_error *err)
 {
+	int none = -1;
+	return sbx_exec_notify(set, id, argv, opts, &none, ret, err);
+}
+
+int sbx_exec_notify(const struct sbx_settings *set, const char *id, char *const *argv,
+		    const struct sbx_exec_opts *opts, int *notify, struct sbx_result *ret,
+		    struct al_error *err)
+{
 	struct sbx_state st;
 	struct sbx_paths paths;
 	int r = sbx_lookup(set, id, &st, &paths, err);
@@ -135,6 +143,10 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 		r = al_error_set(err, -EBADMSG, "malformed answer from the sandbox's keeper");
 	} else {
 		helper = ipc_msg_take_fd(&reply, 0);
+	}
+	if (r >= 0 && *notify >= 0) {
+		(void)write_full(*notify, "k", 1);
+		*notify = safe_close(*notify);
 	}
 	if (r >= 0) {
 		st.cg.dirfd = -1;

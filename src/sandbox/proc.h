@@ -179,12 +179,12 @@ enum {
 	 * BUSY or ERR. */
 	KEEPER_RELAYER,
 	KEEPER_BUSY, /* a command runs: nothing was changed */
-	/* KEEPER_EXEC with a terminal: payload u16 rows, u16 cols, then the
-	 * request; the same four descriptors (stdio unused but for EOF). */
-	KEEPER_EXEC_TTY,
 	/* payload: struct sbx_keeper_activity_req. Answered IDLE or ERR. */
 	KEEPER_ACTIVITY,
 	KEEPER_IDLE, /* payload: struct sbx_keeper_idle */
+	/* KEEPER_EXEC with a terminal: payload u16 rows, u16 cols, then the
+	 * request; the same four descriptors (stdio unused but for EOF). */
+	KEEPER_EXEC_TTY,
 };
 
 /*
@@ -241,6 +241,12 @@ int sbx_keeper_spawn(const struct sbx_init_args *a, const struct sbx_paths *p,
  * for the command's status on status_fd. kill_pidfd is the process whose
  * death ends everything the command started. oom_before: the cgroup's OOM
  * kill count before the command could start (0 for a fresh sandbox). */
+/* sbx_exec, writing 'k' to *notify (when >= 0) once the command started,
+ * then closing it (*notify -1). */
+int sbx_exec_notify(const struct sbx_settings *set, const char *id, char *const *argv,
+		    const struct sbx_exec_opts *opts, int *notify, struct sbx_result *ret,
+		    struct al_error *err);
+
 int sbx_supervise(int status_fd, int kill_pidfd, const struct sbx_exec_opts *opts,
 		  struct sbx_stdio *io, const struct sbx_cgroup *cg, uint64_t oom_before,
 		  struct sbx_result *ret, struct al_error *err);

@@ -178,6 +178,39 @@ int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 	     const struct sbx_exec_opts *opts, struct sbx_result *ret, struct al_error *err);
 
 /*
+ * Starts argv in an existing sandbox and returns once it runs, leaving it
+ * running (detach.c): a supervisor of its own, on the host, does what
+ * sbx_exec does, with stdin /dev/null and stdout and stderr both to a log
+ * file of the sandbox's (opts->output_limit caps it: set one). *ret_n: its
+ * number in the sandbox, from 1. opts->tty must be false.
+ */
+int sbx_exec_detached(const struct sbx_settings *set, const char *id, char *const *argv,
+		      const struct sbx_exec_opts *opts, unsigned *ret_n, struct al_error *err);
+
+/* A detached command, as sbx_detached_list finds it. */
+struct sbx_detached {
+	unsigned n;
+	enum {
+		SBX_DETACHED_RUNNING,
+		SBX_DETACHED_ENDED, /* status says how */
+		SBX_DETACHED_LOST,  /* its supervisor is gone without a word (killed) */
+	} state;
+	char command[256]; /* quoted for a shell, cut short when longer */
+	char status[256];  /* "exited 0", "killed by signal 9", "timed out", "error: ..." */
+};
+/* The sandbox's detached commands, in the order they started (*ret: the
+ * caller frees it). */
+int sbx_detached_list(const struct sbx_settings *set, const char *id, struct sbx_detached **ret,
+		      size_t *ret_n, struct al_error *err);
+/* Opens the log of detached command n (0: the latest): *ret_fd, and
+ * *ret_logs the directory it is in (for sbx_detached_ended); *ret_n: its
+ * number. */
+int sbx_detached_log(const struct sbx_settings *set, const char *id, unsigned n, int *ret_fd,
+		     int *ret_logs, unsigned *ret_n, struct al_error *err);
+/* Whether detached command n (its log in directory logs) has ended. */
+bool sbx_detached_ended(int logs, unsigned n);
+
+/*
  * A new layer for sandbox id's layered workspace (struct sbx_spec.lower):
  * what the workspace and the home hold becomes read-only, and from now on
  * the sandbox writes in layer (its upper/ and work/ made when missing).

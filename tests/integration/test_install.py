@@ -233,7 +233,8 @@ def bash_complete(installed, *words, env=None):
 def test_bash_completion(airlock, installed, tmp_path):
     assert bash_complete(installed, "airlock", "") == commands(airlock)
     assert bash_complete(installed, "airlock", "sandbox", "") == [
-        "run", "create", "exec", "list", "inspect", "destroy", "audit", "policy", "budget", "gc"]
+        "run", "create", "exec", "logs", "list", "inspect", "destroy", "audit", "policy", "budget",
+        "gc"]
     assert bash_complete(installed, "airlock", "checkpoint", "l") == ["ls", "latest", "log"]
     assert bash_complete(installed, "airlock", "session", "") == ["list", "show", "rm", "gc"]
     assert bash_complete(installed, "airlock", "sandbox", "run", "--net") == ["--network="]
@@ -268,7 +269,7 @@ def test_bash_completion_offers_sandbox_ids(airlock, installed):
     assert bash_complete(installed, "airlock", "sandbox", "exec", "", env=env) == []
     sid = airlock("sandbox", "create", check=True).stdout.decode().strip()
     try:
-        for sub in ("exec", "inspect", "destroy", "audit", "policy", "budget"):
+        for sub in ("exec", "logs", "inspect", "destroy", "audit", "policy", "budget"):
             assert bash_complete(installed, "airlock", "sandbox", sub, "", env=env) == [sid], sub
         assert bash_complete(installed, "airlock", "sandbox", "exec", "--cwd", "/", sid[:4],
                              env=env) == [sid]
@@ -381,7 +382,8 @@ def test_zsh_completion(airlock, installed, tmp_path):
     assert (p.returncode, p.stderr) == (0, b""), p
     assert zsh_complete(installed, tmp_path, "airlock ") == commands(airlock)
     assert zsh_complete(installed, tmp_path, "airlock sandbox ") == [
-        "run", "create", "exec", "list", "inspect", "destroy", "audit", "policy", "budget", "gc"]
+        "run", "create", "exec", "logs", "list", "inspect", "destroy", "audit", "policy", "budget",
+        "gc"]
     assert zsh_complete(installed, tmp_path, "airlock sandbox run --net") == ["--network"]
     nets = ["none", "restricted", "open", "learn"]
     assert zsh_complete(installed, tmp_path, "airlock sandbox run --network ") == nets
