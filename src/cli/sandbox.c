@@ -55,6 +55,7 @@ enum {
 	OPT_HELP,
 	OPT_TTL,
 	OPT_IDLE,
+	OPT_USER,
 };
 
 /* What a sandbox is made of (run, create). */
@@ -100,6 +101,10 @@ static const struct cli_optdef exec_optdefs[] = {
 	  "environment for every command (repeatable); with a network,\n"
 	  "the gateway's variables (proxies, CA bundles) cannot be set" },
 	{ "cwd", OPT_CWD, "DIR", "(exec) working directory inside" },
+	{ "user", OPT_USER, "USER",
+	  "run as UID, UID:GID or NAME[:GROUP] of the sandbox's\n"
+	  "/etc/passwd (ids 0 to 65535), not root: the workspace is\n"
+	  "that user's inside; exec: this command only (root or 0: root)" },
 	{ "detach", 'd', NULL,
 	  "(exec) leave the command running and print its number:\n"
 	  "output to its log (`sandbox logs ID N`), stdin /dev/null,\n"
@@ -124,8 +129,8 @@ static void sandbox_usage(FILE *f)
 	fputs("usage:\n"
 	      "  airlock sandbox run [OPTIONS] -- CMD [ARG...]      create, run, destroy\n"
 	      "  airlock sandbox create [OPTIONS]                   print the new sandbox's id\n"
-	      "  airlock sandbox exec [-t|-d] [--env K=V] [--cwd DIR] [--timeout S]\n"
-	      "                       [--output-limit SIZE] ID -- CMD [ARG...]\n"
+	      "  airlock sandbox exec [-t|-d] [--env K=V] [--cwd DIR] [--user USER]\n"
+	      "                       [--timeout S] [--output-limit SIZE] ID -- CMD [ARG...]\n"
 	      "  airlock sandbox logs ID [N] [-f|--follow]           output of detached command N\n"
 	      "                                                      (default: the latest)\n"
 	      "  airlock sandbox list [--json]                     every sandbox, `run`s too\n"
@@ -338,6 +343,22 @@ static int parse_options(int argc, char **argv, bool spec_opts, bool exec_opts, 
 						"7d), not '%s'",
 						name, optarg);
 			*(c == OPT_TTL ? &o->spec.ttl_ms : &o->spec.idle_ms) = ms;
+			break;
+		}
+		case OPT_USER: {
+			if (!sbx_user_syntax_valid(optarg)) {
+				bool printable = true;
+				for (const char *ch = optarg; *ch; ch++)
+					if ((unsigned char)*ch < 0x20 || *ch == 0x7f)
+						printable = false;
+				return cli_fail(
+					"--user wants NAME, UID or UID:GID (UID and GID from "
+					"0 to 65535)%s%s%s",
+					printable ? ", not '" : "", printable ? optarg : "",
+					printable ? "'" : "");
+			}
+			/* run and create: the sandbox's; exec: this command's. */
+			*(spec_opts ? &o->spec.user : &o->exec.user) = optarg;
 			break;
 		}
 		case OPT_CWD:
@@ -790,6 +811,8 @@ static void json_info(const struct sbx_info *info, const struct sbx_detached *de
 	cli_json_field(stdout, "workspace", info->workspace);
 	fputc(',', stdout);
 	cli_json_field(stdout, "home", info->home);
+	printf(",\"user\":{\"uid\":%" PRIu32 ",\"gid\":%" PRIu32 "}", info->user.uid,
+	       info->user.gid);
 	printf(",\"memory_bytes\":%" PRIu64 ",\"oom_kills\":%" PRIu64 ",\"uids\":[%" PRIu32
 	       ",%" PRIu32 "],",
 	       info->memory_bytes, info->oom_kills, info->uid_first, info->uid_last);
@@ -1149,6 +1172,10 @@ static int do_inspect(int argc, char **argv)
 	       info.id, info.ephemeral ? "run (gone with its command)" : "create",
 	       state_name(&info), when, info.network[0] ? info.network : "?", info.image,
 	       info.workspace[0] ? info.workspace : "(fresh)", info.home[0] ? info.home : "(none)");
+	if (info.user.uid || info.user.gid)
+		printf("user:       %" PRIu32 ":%" PRIu32 "\n", info.user.uid, info.user.gid);
+	else
+		printf("user:       root\n");
 	if (info.memory_bytes)
 		printf("memory:     %" PRIu64 " bytes\n", info.memory_bytes);
 	else

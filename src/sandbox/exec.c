@@ -22,9 +22,10 @@
 #include "common/fdutil.h"
 #include "common/ipc.h"
 
-/* prefix: bytes before the request (a terminal's window size), 0 to 4. */
-static int request_build(char *const *argv, char *const *envp, const char *cwd,
-			 const uint16_t *prefix, size_t prefix_len, uint8_t **ret, size_t *ret_len)
+/* prefix: bytes before the request (a terminal's window size, or struct
+ * sbx_keeper_exec_as). */
+static int request_build(char *const *argv, char *const *envp, const char *cwd, const void *prefix,
+			 size_t prefix_len, uint8_t **ret, size_t *ret_len)
 {
 	uint32_t argc = 0, envc = 0;
 	size_t len = prefix_len + 8 + strlen(cwd) + 1;
@@ -59,6 +60,31 @@ static int request_build(char *const *argv, char *const *envp, const char *cwd,
 
 /* ---- the client: `airlock sandbox exec` ---- */
 
+/*
+ * opts->user as ids, names looked up in the running sandbox's own
+ * /etc/passwd and /etc/group (its root, as its init has it: whatever the
+ * sandbox made of them, every link resolved inside it).
+ */
+static int exec_user(const struct sbx_state *st, const char *id, const char *text,
+		     struct sbx_user *ret, struct al_error *err)
+{
+	if (!sbx_user_syntax_valid(text))
+		return sbx_user_resolve(-1, text, ret, err); /* its message */
+	_cleanup_close_ int pidfd = sbx_state_pidfd(st);
+	if (pidfd < 0)
+		return al_error_set(err, -ESRCH,
+				    "sandbox %s is not running (destroy it or run "
+				    "`airlock sandbox gc`)",
+				    id);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/root", (int)st->init_pid);
+	_cleanup_close_ int root = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	/* Still the same process: the root is the sandbox's. */
+	if (root < 0 || syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) < 0)
+		return al_error_set(err, -ESRCH, "sandbox %s is not running", id);
+	return sbx_user_resolve(root, text, ret, err);
+}
+
 int sbx_exec(const struct sbx_settings *set, const char *id, char *const *argv,
 	     const struct sbx_exec_opts *opts, struct sbx_result *ret, struct al_error *err)
 {
@@ -92,6 +118,21 @@ int sbx_exec_notify(const struct sbx_settings *set, const char *id, char *const 
 				    "`airlock sandbox gc`)",
 				    id);
 
+	/* --user: who, and the terminal, before the request. */
+	struct sbx_keeper_exec_as as = { .tty = opts->tty };
+	if (opts->user) {
+		struct sbx_user u;
+		r = exec_user(&st, id, opts->user, &u, err);
+		if (r < 0)
+			return r;
+		as.uid = u.uid;
+		as.gid = u.gid;
+		if (opts->tty) {
+			as.rows = opts->rows;
+			as.cols = opts->cols;
+		}
+	}
+
 	struct sbx_env env = { 0 }, base = { 0 };
 	r = sbx_env_read_file(&paths, &base);
 	if (r >= 0)
@@ -100,7 +141,10 @@ int sbx_exec_notify(const struct sbx_settings *set, const char *id, char *const 
 	_cleanup_free_ uint8_t *req = NULL;
 	size_t req_len = 0;
 	uint16_t winsize[2] = { opts->rows, opts->cols };
-	if (r >= 0)
+	if (r >= 0 && opts->user)
+		r = request_build(argv, env.v, opts->cwd ? opts->cwd : "/workspace",
+				  (const void *)&as, sizeof(as), &req, &req_len);
+	else if (r >= 0)
 		r = request_build(argv, env.v, opts->cwd ? opts->cwd : "/workspace", winsize,
 				  opts->tty ? sizeof(winsize) : 0, &req, &req_len);
 	sbx_env_free(&env);
@@ -117,7 +161,8 @@ int sbx_exec_notify(const struct sbx_settings *set, const char *id, char *const 
 		r = -errno;
 	if (r >= 0) {
 		int fds[4] = { io.in[0], io.out[1], io.err[1], chan[1] };
-		r = ipc_send(conn, opts->tty ? KEEPER_EXEC_TTY : KEEPER_EXEC, req, req_len, fds, 4);
+		int type = opts->user ? KEEPER_EXEC_AS : opts->tty ? KEEPER_EXEC_TTY : KEEPER_EXEC;
+		r = ipc_send(conn, type, req, req_len, fds, 4);
 	}
 	sbx_stdio_close_child_ends(&io);
 	chan[1] = safe_close(chan[1]);

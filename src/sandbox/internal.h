@@ -109,6 +109,29 @@ int64_t sbx_wall_ms(void);
 void sbx_expiry_info(const struct sbx_settings *set, const struct sbx_state *st,
 		     struct sbx_info *info);
 
+/* user.c: --user. Names are looked up in the passwd and group files of a
+ * sandbox's root filesystem, never through the host's name service. */
+#define SBX_USER_NAME_MAX 32
+#define SBX_PASSWD_MAX (4 * 1024 * 1024) /* /etc/passwd, /etc/group */
+#define SBX_PASSWD_LINE_MAX 4096	 /* a line of them */
+#define SBX_USER_FILE_MAX 16		 /* <id>/user: "65535:65535\n" */
+/* The entry of user name in a passwd file's text (len bytes): 0; -ENOENT
+ * when there is none; -ERANGE when its ids are above SBX_USER_ID_MAX;
+ * -EBADMSG when its line is malformed (not 7 fields, an id that is no
+ * decimal number, longer than SBX_PASSWD_LINE_MAX). */
+int sbx_passwd_lookup(const char *text, size_t len, const char *name, struct sbx_user *ret);
+/* The same for a group in a group file's text. */
+int sbx_group_lookup(const char *text, size_t len, const char *name, uint32_t *ret_gid);
+/* text (struct sbx_spec.user) as ids, names looked up in etc/passwd and
+ * etc/group below root_fd (the root filesystem as the sandbox sees it),
+ * every link there resolved inside it. */
+int sbx_user_resolve(int root_fd, const char *text, struct sbx_user *ret, struct al_error *err);
+/* <id>/user, beside the state file: "UID:GID\n". -ENOENT: none (root). */
+int sbx_user_format(const struct sbx_user *u, char *buf, size_t size);
+int sbx_user_parse(const char *text, size_t len, struct sbx_user *ret);
+int sbx_user_write(const struct sbx_paths *p, const struct sbx_user *u);
+int sbx_user_read(const struct sbx_paths *p, struct sbx_user *ret);
+
 /* lifecycle.c: destroys a sandbox whose lock the caller holds. */
 int sbx_destroy_held(const struct sbx_settings *set, const char *id, struct sbx_state *st,
 		     struct al_error *err);
@@ -209,6 +232,12 @@ int sbx_layer_dirs(int layer_fd, const char *layer, uint32_t uid, uint32_t gid,
  * who alone has a name in the layers' idmap. Paths as the overlay takes
  * them; the caller is host root with its own ids. */
 int sbx_mount_tree_overlay(uint32_t uid, const char *target, const char *lowers, const char *layer);
+/* The same as uid:gid (a sandbox's user, whom the layers' idmap names
+ * instead of its root). */
+int sbx_mount_tree_overlay_as(uint32_t uid, uint32_t gid, const char *target, const char *lowers,
+			      const char *layer);
+/* Who the plan's commands run as (inside ids; 0:0 for root). */
+void sbx_rootfs_plan_user(const struct sbx_rootfs_plan *plan, struct sbx_user *ret);
 bool sbx_rootfs_plan_needs_ws_userns(const struct sbx_rootfs_plan *plan, uint32_t *ret_owner);
 void sbx_rootfs_plan_free(struct sbx_rootfs_plan *plan);
 /* The descriptors the plan holds (a process that closes the rest keeps these). */

@@ -142,7 +142,7 @@ static int request_parse(const uint8_t *data, size_t len, struct request *ret)
 static void __attribute__((noreturn))
 exec_helper(int init_pidfd, const struct sbx_argarea *area, const struct request *req,
 	    struct sbx_stdio *io, int s, uint64_t pids, const struct sbx_bpf *filter,
-	    const uint16_t *winsize)
+	    const uint16_t *winsize, struct sbx_user user)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
 	/* The keeper's memory: its arguments are wiped already; the title is
@@ -208,6 +208,8 @@ exec_helper(int init_pidfd, const struct sbx_argarea *area, const struct request
 			.tty = winsize != NULL,
 			.rows = winsize ? winsize[0] : 0,
 			.cols = winsize ? winsize[1] : 0,
+			.uid = user.uid,
+			.gid = user.gid,
 		};
 		sbx_run_init(&cmd);
 	}
@@ -330,16 +332,41 @@ static void keeper_activity(int conn, pid_t init_pid, const struct ipc_msg *msg,
 	(void)ipc_send(conn, KEEPER_IDLE, &rep, sizeof(rep), NULL, 0);
 }
 
+/*
+ * KEEPER_EXEC_AS: who runs the command, and whether it has a terminal;
+ * then the request. Every field is checked: ids of the sandbox's range,
+ * tty 0 or 1, a window size only with a terminal.
+ */
+static int exec_as_parse(const struct ipc_msg *msg, struct sbx_user *ret_user, bool *ret_tty,
+			 uint16_t *ret_winsize)
+{
+	struct sbx_keeper_exec_as h;
+	if (msg->len < sizeof(h))
+		return -EBADMSG;
+	memcpy(&h, msg->data, sizeof(h));
+	if (h.uid > SBX_USER_ID_MAX || h.gid > SBX_USER_ID_MAX || h.tty > 1 ||
+	    (!h.tty && (h.rows || h.cols)))
+		return -EBADMSG;
+	*ret_user = (struct sbx_user){ .uid = h.uid, .gid = h.gid };
+	*ret_tty = h.tty;
+	ret_winsize[0] = h.rows;
+	ret_winsize[1] = h.cols;
+	return 0;
+}
+
 static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid, int sfd,
 			 const struct sbx_argarea *area, uint64_t pids,
 			 const struct sbx_bpf *filter, const char *stage,
-			 struct keeper_activity *act)
+			 struct keeper_activity *act, const struct sbx_user *user)
 {
 	struct timeval tv = { .tv_sec = KEEPER_RECV_TIMEOUT_S };
 	setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	static const struct ipc_type allowed[] = {
 		{ .type = KEEPER_EXEC, .max_len = KEEPER_REQ_MAX, .max_fds = 4 },
 		{ .type = KEEPER_EXEC_TTY, .max_len = 4 + KEEPER_REQ_MAX, .max_fds = 4 },
+		{ .type = KEEPER_EXEC_AS,
+		  .max_len = sizeof(struct sbx_keeper_exec_as) + KEEPER_REQ_MAX,
+		  .max_fds = 4 },
 		{ .type = KEEPER_RELAYER, .max_len = 128, .max_fds = IPC_MAX_FDS },
 		{ .type = KEEPER_ACTIVITY,
 		  .max_len = sizeof(struct sbx_keeper_activity_req),
@@ -373,7 +400,7 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid
 	if (msg.type == KEEPER_RELAYER) {
 		const int mine[] = { listen_fd, sfd };
 		if (sbx_relayer_serve(conn, init_pidfd, init_pid, stage, &msg, mine,
-				      ARRAY_SIZE(mine)) < 0)
+				      ARRAY_SIZE(mine), user) < 0)
 			broken = true;
 		return;
 	}
@@ -381,14 +408,24 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid
 		keeper_reply_err(conn, "an exec request carries four descriptors");
 		return;
 	}
-	/* With a terminal: its window size (u16 rows, u16 cols) first. */
+	/* With a terminal: its window size (u16 rows, u16 cols) first; as
+	 * another user than the sandbox's: who, and the terminal, first. */
 	uint16_t winsize[2] = { 0, 0 };
-	size_t skip = msg.type == KEEPER_EXEC_TTY ? sizeof(winsize) : 0;
-	if (msg.len < skip) {
+	struct sbx_user as = *user;
+	bool tty = msg.type == KEEPER_EXEC_TTY;
+	size_t skip = tty ? sizeof(winsize) : 0;
+	if (msg.type == KEEPER_EXEC_AS) {
+		skip = sizeof(struct sbx_keeper_exec_as);
+		if (exec_as_parse(&msg, &as, &tty, winsize) < 0) {
+			keeper_reply_err(conn, "malformed exec request");
+			return;
+		}
+	} else if (msg.len < skip) {
 		keeper_reply_err(conn, "malformed exec request");
 		return;
+	} else {
+		memcpy(winsize, msg.data, skip);
 	}
-	memcpy(winsize, msg.data, skip);
 	struct request req;
 	if (request_parse((const uint8_t *)msg.data + skip, msg.len - skip, &req) < 0) {
 		keeper_reply_err(conn, "malformed exec request");
@@ -412,7 +449,7 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid
 					.out = { -1, msg.fds[1] },
 					.err = { -1, msg.fds[2] } };
 		exec_helper(init_pidfd, area, &req, &io, msg.fds[3], pids, filter,
-			    skip ? winsize : NULL);
+			    tty ? winsize : NULL, as);
 	}
 	request_free(&req);
 	/* The client gets a pidfd, never a bare pid it would have to trust. */
@@ -431,7 +468,8 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid
  * on listen_fd. */
 static void __attribute__((noreturn))
 keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, const struct sbx_argarea *area,
-	    uint64_t pids, const struct sbx_bpf *filter, const char *stage)
+	    uint64_t pids, const struct sbx_bpf *filter, const char *stage,
+	    const struct sbx_user *user)
 {
 	/* Children of ours that die before theirs are reaped here rather
 	 * than by the host's init. (A command's init whose helper dies goes to
@@ -477,7 +515,7 @@ keeper_main(int listen_fd, int init_pidfd, pid_t init_pid, const struct sbx_arga
 			int conn = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
 			if (conn >= 0) {
 				keeper_serve(conn, listen_fd, init_pidfd, init_pid, sfd, area, pids,
-					     filter, stage, &act);
+					     filter, stage, &act, user);
 				close(conn);
 			}
 		}
@@ -590,7 +628,7 @@ keeper_child(const struct sbx_init_args *a, const char *stage, int lfd, int rep,
 		_exit(125);
 	}
 	sbx_argarea_wipe(&area, "airlock-keeper");
-	keeper_main(lfd, ipidfd, ipid, &area, pids, a->filter, stage);
+	keeper_main(lfd, ipidfd, ipid, &area, pids, a->filter, stage, &a->user);
 }
 
 int sbx_keeper_spawn(const struct sbx_init_args *a, const struct sbx_paths *p,

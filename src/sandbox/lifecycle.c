@@ -138,6 +138,11 @@ static void info_from_state(const struct sbx_settings *set, const struct sbx_sta
 	if (strcmp(mode, "none") == 0 || strcmp(mode, "restricted") == 0 ||
 	    strcmp(mode, "open") == 0 || strcmp(mode, "learn") == 0)
 		snprintf(info->network, sizeof(info->network), "%s", mode);
+	/* Its user, from its own file too (none: root). */
+	struct sbx_paths up;
+	struct al_error ignore = { 0 };
+	if (sbx_paths_init(set, st->id, &up, &ignore) == 0 && sbx_user_read(&up, &info->user) < 0)
+		info->user = (struct sbx_user){ 0, 0 };
 	for (int i = 0; i < SBX_CGROUP_CONTROLLERS; i++)
 		if (st->cg.present[i]) {
 			snprintf(info->cgroup, sizeof(info->cgroup), "%s", st->cg.path[i]);

@@ -161,9 +161,22 @@ static void ws_map(char *out, size_t size, uint32_t base, uint32_t owner)
 
 int sbx_userns_workspace(uint32_t base, uint32_t owner_uid, uint32_t owner_gid)
 {
+	return sbx_userns_workspace_as(base, base, owner_uid, owner_gid);
+}
+
+/*
+ * With --user U:G the owner is the sandbox's user instead of its root (host
+ * uid base+U, gid base+G): still the one id mapped, so all of the above
+ * holds, and root inside, having no name there, can read and change what
+ * exists (its DAC override) but make nothing (EOVERFLOW), as any other
+ * user inside.
+ */
+int sbx_userns_workspace_as(uint32_t host_uid, uint32_t host_gid, uint32_t owner_uid,
+			    uint32_t owner_gid)
+{
 	char umap[256], gmap[256];
-	ws_map(umap, sizeof(umap), base, owner_uid);
-	ws_map(gmap, sizeof(gmap), base, owner_gid);
+	ws_map(umap, sizeof(umap), host_uid, owner_uid);
+	ws_map(gmap, sizeof(gmap), host_gid, owner_gid);
 	return make_userns(umap, gmap);
 }
 
@@ -383,6 +396,36 @@ int sbx_env_build(struct sbx_env *e, const char *home, char *const *spec_env, si
 
 /* ---- the command ---- */
 
+/*
+ * From root inside to the command's user (struct sbx_command.uid, gid):
+ * its group alone, then the ids. Leaving uid 0 clears the effective,
+ * permitted and ambient capabilities (no SECBIT_KEEP_CAPS); checked all
+ * the same, as a command that kept one would hold root's power.
+ */
+static int become_user(uint32_t uid, uint32_t gid)
+{
+	gid_t g = (gid_t)gid;
+	if (setgroups(1, &g) < 0 || setresgid(g, g, g) < 0 || setresuid(uid, uid, uid) < 0)
+		return -errno;
+	if (uid == 0)
+		return 0;
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2] = { { 0 } };
+	if (syscall(SYS_capget, &hdr, data) < 0)
+		return -errno;
+	for (int i = 0; i < 2; i++)
+		if (data[i].effective || data[i].permitted)
+			return -EPERM;
+	for (int c = 0; c <= 63; c++) {
+		int r = prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, c, 0, 0);
+		if (r < 0)
+			break; /* past the kernel's last capability */
+		if (r > 0)
+			return -EPERM;
+	}
+	return 0;
+}
+
 /* In the child that becomes the command (tty: the slave of its terminal,
  * or -1). Never returns. */
 static void __attribute__((noreturn)) exec_command(const struct sbx_command *c, int tty)
@@ -414,6 +457,20 @@ static void __attribute__((noreturn)) exec_command(const struct sbx_command *c, 
 		 * process limit is a per-sandbox one (backing the pids cgroup). */
 		struct rlimit np = { c->pids, c->pids };
 		setrlimit(RLIMIT_NPROC, &np);
+	}
+	if (c->uid || c->gid) {
+		/* Its terminal is its own, as a login's is. */
+		if (tty >= 0 && fchown(0, c->uid, c->gid) < 0) {
+			dprintf(2, "airlock: cannot give the terminal to the command's user: %s\n",
+				al_strerror(errno));
+			_exit(125);
+		}
+		int ur = become_user(c->uid, c->gid);
+		if (ur < 0) {
+			dprintf(2, "airlock: cannot become user %u:%u: %s\n", (unsigned)c->uid,
+				(unsigned)c->gid, al_strerror(ur));
+			_exit(125);
+		}
 	}
 	if (chdir(c->cwd) < 0) {
 		dprintf(2, "airlock: cannot change to directory %s: %s\n", c->cwd,

@@ -100,6 +100,9 @@ struct sbx_command {
 	 * starts, the slave is the command's controlling terminal. */
 	bool tty;
 	uint16_t rows, cols;
+	/* Who it runs as, inside (0:0: root, with root's trimmed
+	 * capabilities; any other: none at all). */
+	uint32_t uid, gid;
 };
 
 int sbx_stdio_make(struct sbx_stdio *io);
@@ -118,6 +121,10 @@ int sbx_userns_sandbox(uint32_t uid);
 /* The workspace's idmap: owner_uid/owner_gid on disk are the sandbox's root
  * (host uid base), and nothing else is mapped. */
 int sbx_userns_workspace(uint32_t base, uint32_t owner_uid, uint32_t owner_gid);
+/* The same with the owner as host_uid:host_gid (a sandbox's user's, with
+ * --user) instead. */
+int sbx_userns_workspace_as(uint32_t host_uid, uint32_t host_gid, uint32_t owner_uid,
+			    uint32_t owner_gid);
 /* Joins the sandbox's user namespace (fd: a namespace fd or a pidfd of a
  * process in it) as root inside: no groups, not dumpable, capabilities
  * trimmed to the kept set (proc.c). for_exec: this process or its children
@@ -152,6 +159,7 @@ struct sbx_init_args {
 	bool ephemeral;
 	struct sbx_command *cmd; /* run: the command; create: NULL */
 	const struct sbx_bpf *filter;
+	struct sbx_user user; /* who commands run as (the keeper's default for exec) */
 };
 
 /*
@@ -185,6 +193,16 @@ enum {
 	/* KEEPER_EXEC with a terminal: payload u16 rows, u16 cols, then the
 	 * request; the same four descriptors (stdio unused but for EOF). */
 	KEEPER_EXEC_TTY,
+	/* KEEPER_EXEC as another user than the sandbox's (`exec --user`):
+	 * payload struct sbx_keeper_exec_as, then the request; the same four
+	 * descriptors. */
+	KEEPER_EXEC_AS,
+};
+
+struct sbx_keeper_exec_as {
+	uint32_t uid, gid;   /* inside, 0 to SBX_USER_ID_MAX */
+	uint32_t tty;	     /* 0 or 1 */
+	uint16_t rows, cols; /* the terminal's window size; 0 without one */
 };
 
 /*
@@ -208,13 +226,15 @@ struct sbx_keeper_idle {
 #define KEEPER_REQ_MAX (1024 * 1024)
 
 struct ipc_msg;
-/* The keeper's side of sbx_relayer (relayer.c): answers on conn. stage: an
+/* The keeper's side of sbx_relayer (relayer.c): answers on conn. user: the
+ * sandbox's (the new overlay is mounted as that user). stage: an
  * empty directory of the host's to stage the layers on (in a mount
  * namespace of the helper's own); keeper_fds: the keeper's own, closed in
  * its helper. -1 when the sandbox may have lost its workspace (the keeper
  * then refuses every later request), else 0. */
 int sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *stage,
-		      struct ipc_msg *msg, const int *keeper_fds, size_t n_keeper_fds);
+		      struct ipc_msg *msg, const int *keeper_fds, size_t n_keeper_fds,
+		      const struct sbx_user *user);
 #define KEEPER_MAX_ARGS 4096
 /* relayer.c: 1 when nothing runs in the sandbox but its init (the keeper's
  * other children are zombies, the init has none), 0 when something does,

@@ -102,7 +102,16 @@ int sbx_relayer(const struct sbx_settings *set, const char *id, const char *home
 	r = sbx_layer_dirs(fds[n_lowers], layer, (uint32_t)own.st_uid, (uint32_t)own.st_gid, err);
 	if (r < 0)
 		goto out;
-	userns = sbx_userns_workspace(st.uid, own.st_uid, own.st_gid);
+	/* Mapped to the sandbox's user (--user; root without it), as at its
+	 * creation. */
+	struct sbx_user user = { 0, 0 };
+	r = sbx_user_read(&paths, &user);
+	if (r < 0 && r != -ENOENT) {
+		r = al_error_set_errno(err, r, "cannot read the user of sandbox %s", id);
+		goto out;
+	}
+	userns = sbx_userns_workspace_as(st.uid + user.uid, st.uid + user.gid, own.st_uid,
+					 own.st_gid);
 	if (userns < 0) {
 		r = al_error_set_errno(err, userns, "cannot create the workspace id mapping");
 		goto out;
@@ -216,8 +225,8 @@ static void reply_err(int conn, const char *text)
 	(void)ipc_send(conn, KEEPER_ERR, text, strlen(text) + 1, NULL, 0);
 }
 
-static int relayer(int init_pidfd, const char *stage, uint32_t uid, const char *home_rel,
-		   const int *fds, size_t n_fds, char *why, size_t why_size)
+static int relayer(int init_pidfd, const char *stage, uint32_t uid, uint32_t gid,
+		   const char *home_rel, const int *fds, size_t n_fds, char *why, size_t why_size)
 {
 	size_t n_lowers = n_fds - 1;
 	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -258,7 +267,7 @@ static int relayer(int init_pidfd, const char *stage, uint32_t uid, const char *
 	/* The new one, made in our namespace (the layers are staged there). */
 	if (setns(own_ns, CLONE_NEWNS) < 0 || chdir(stage) < 0)
 		FAIL(-errno, "cannot go back to the staging namespace");
-	int r = sbx_mount_tree_overlay(uid, "t", lowerdir, "u");
+	int r = sbx_mount_tree_overlay_as(uid, gid, "t", lowerdir, "u");
 	if (r < 0)
 		FAIL(r, "cannot mount the new layer");
 	_cleanup_close_ int ws = sys_open_tree(
@@ -334,7 +343,8 @@ int sbx_keeper_sandbox_idle(pid_t init_pid)
 }
 
 int sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *stage,
-		      struct ipc_msg *msg, const int *keeper_fds, size_t n_keeper_fds)
+		      struct ipc_msg *msg, const int *keeper_fds, size_t n_keeper_fds,
+		      const struct sbx_user *user)
 {
 	char why[256] = "";
 	/* u32 uid, then the home's place: "", "root" or "home/NAME". */
@@ -387,8 +397,10 @@ int sbx_relayer_serve(int conn, int init_pidfd, pid_t init_pid, const char *stag
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
-		r = relayer(init_pidfd, stage, uid, home_rel, msg->fds, msg->n_fds, why,
-			    sizeof(why));
+		/* The layers' idmap names the sandbox's user (root, without
+		 * --user), the id the client gave plus the user's. */
+		r = relayer(init_pidfd, stage, uid + user->uid, uid + user->gid, home_rel, msg->fds,
+			    msg->n_fds, why, sizeof(why));
 		if (r < 0) {
 			char text[320];
 			snprintf(text, sizeof(text), "%s: %s", why, al_strerror(-r));

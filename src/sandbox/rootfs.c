@@ -86,6 +86,10 @@ struct sbx_rootfs_plan {
 	size_t n_links;
 	bool host_image;
 	bool fresh_workspace;
+	bool ws_handover; /* an empty workspace of host root's, given to the user at the end */
+	/* Who the commands run as (struct sbx_spec.user; 0:0 for root): the
+	 * workspace, home, tools and layered tree are that user's inside. */
+	struct sbx_user user;
 	char *host_bundle; /* the host's CA bundle, when there is a PEM to add */
 	size_t host_bundle_len;
 	const struct sbx_spec *spec; /* valid until the init has set up */
@@ -497,11 +501,56 @@ static int prepare_workspace(const struct sbx_spec *spec, struct sbx_rootfs_plan
 			"would be root's on the host; give it to an unprivileged user and "
 			"group: chown -R USER:GROUP %s",
 			spec->workspace, spec->workspace);
-	if (fchown(dfd, plan->uid, plan->uid) < 0)
-		return al_error_set_errno(err, -errno, "cannot hand workspace to the sandbox");
-	plan->ws_idmap = true;
-	plan->ws_uid = plan->ws_gid = plan->uid;
+	/* Handed over once the user is known (sbx_rootfs_prepare's end). */
+	plan->ws_handover = true;
 	return 0;
+}
+
+/* The sandbox's user (spec->user) looked up in the image's files (the view
+ * of /etc for the host's), then the root-owned empty workspace handed to
+ * that user. */
+static int prepare_user(const struct sbx_spec *spec, const char *etc_view,
+			struct sbx_rootfs_plan *plan, struct al_error *err)
+{
+	if (spec->user) {
+		_cleanup_close_ int root_fd = -1;
+		if (plan->host_image) {
+			/* The view is <gen>/etc: <gen> is the root it resolves in. */
+			char parent[SBX_PATH_MAX];
+			if (fmt(parent, sizeof(parent), "%s", etc_view) < 0)
+				return al_error_set(err, -ENAMETOOLONG, "path too long");
+			char *slash = strrchr(parent, '/');
+			if (!slash || strcmp(slash, "/etc") != 0)
+				return al_error_set(err, -EINVAL, "no view of /etc was prepared");
+			*slash = '\0';
+			root_fd = sbx_open_dir_no_links(parent);
+			if (root_fd < 0)
+				return al_error_set_errno(err, root_fd,
+							  "cannot open the view of /etc");
+		} else {
+			root_fd = fcntl(plan->layers[0].fd, F_DUPFD_CLOEXEC, 3);
+			if (root_fd < 0)
+				return al_error_set_errno(err, -errno, "image %s", spec->image);
+		}
+		int r = sbx_user_resolve(root_fd, spec->user, &plan->user, err);
+		if (r < 0)
+			return r;
+	}
+	if (plan->ws_handover) {
+		uint32_t uid = plan->uid + plan->user.uid, gid = plan->uid + plan->user.gid;
+		if (fchownat(plan->ws_fd, "", uid, gid, AT_EMPTY_PATH) < 0)
+			return al_error_set_errno(err, -errno,
+						  "cannot hand workspace to the sandbox");
+		plan->ws_idmap = true;
+		plan->ws_uid = uid;
+		plan->ws_gid = gid;
+	}
+	return 0;
+}
+
+void sbx_rootfs_plan_user(const struct sbx_rootfs_plan *plan, struct sbx_user *ret)
+{
+	*ret = plan->user;
 }
 
 /* A directory of the layered tree's (what: its name), opened without
@@ -859,6 +908,9 @@ int sbx_rootfs_prepare(const struct sbx_spec *spec, const struct sbx_paths *p, u
 			    !S_ISDIR(st.st_mode))
 				l->missing_points |= 1u << i;
 	}
+	r = prepare_user(spec, etc_view, plan, err);
+	if (r < 0)
+		return r;
 	*ret = TAKE_PTR(plan);
 	return 0;
 }
@@ -885,7 +937,8 @@ static int build_tree(struct maker *mk, const struct sbx_rootfs_plan *plan, stru
 			return al_error_set_errno(err, -errno, "cannot create the sandbox's tree");
 	}
 	if (plan->fresh_workspace) {
-		int r = mkdir_owned(mk, AT_FDCWD, plan->workspace, 0755, uid, uid);
+		int r = mkdir_owned(mk, AT_FDCWD, plan->workspace, 0755, uid + plan->user.uid,
+				    uid + plan->user.gid);
 		if (r < 0)
 			return al_error_set_errno(err, r, "cannot create the workspace");
 	}
@@ -1159,6 +1212,12 @@ static int mount_layer(const struct sbx_rootfs_plan *plan, const struct layer *l
 
 int sbx_mount_tree_overlay(uint32_t uid, const char *target, const char *lowers, const char *layer)
 {
+	return sbx_mount_tree_overlay_as(uid, uid, target, lowers, layer);
+}
+
+int sbx_mount_tree_overlay_as(uint32_t uid, uint32_t gid, const char *target, const char *lowers,
+			      const char *layer)
+{
 	char opts[1024];
 	int n = snprintf(opts, sizeof(opts),
 			 "lowerdir=%s,upperdir=%s/upper,workdir=%s/work,redirect_dir=off,"
@@ -1174,10 +1233,10 @@ int sbx_mount_tree_overlay(uint32_t uid, const char *target, const char *lowers,
 	 * makes there is the owner's on disk.
 	 */
 	syscall(SYS_setfsuid, uid);
-	syscall(SYS_setfsgid, uid);
+	syscall(SYS_setfsgid, gid);
 	int r = 0;
 	if ((uint32_t)syscall(SYS_setfsuid, -1) != uid ||
-	    (uint32_t)syscall(SYS_setfsgid, -1) != uid)
+	    (uint32_t)syscall(SYS_setfsgid, -1) != gid)
 		r = -EIO;
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
 	struct __user_cap_data_struct caps[2];
@@ -1230,7 +1289,9 @@ static int mount_tree(const struct sbx_rootfs_plan *plan, struct maker *mk, int 
 	snprintf(lowers + len, sizeof(lowers) - len, "lower/tree-lower");
 	r = as_owner(mk, 0);
 	if (r >= 0)
-		r = sbx_mount_tree_overlay(plan->uid, "tree", lowers, "lower/tree-layer");
+		r = sbx_mount_tree_overlay_as(plan->uid + plan->user.uid,
+					      plan->uid + plan->user.gid, "tree", lowers,
+					      "lower/tree-layer");
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot mount the layered workspace");
 	char path[SBX_PATH_MAX];

@@ -27,6 +27,13 @@
 /* Where a sandbox sees its tools directory (struct sbx_spec.tools). */
 #define SBX_TOOLS_PATH "/opt/airlock"
 
+/* Who a sandbox's commands run as inside: ids of its user namespace, from
+ * 0 (root) to SBX_USER_ID_MAX. */
+#define SBX_USER_ID_MAX 65535u
+struct sbx_user {
+	uint32_t uid, gid;
+};
+
 enum sbx_network {
 	SBX_NETWORK_NONE = 0,
 	SBX_NETWORK_RESTRICTED,
@@ -106,6 +113,16 @@ struct sbx_spec {
 	 * SBX_EXPIRY_MAX_MS. */
 	uint64_t ttl_ms;
 	uint64_t idle_ms;
+	/*
+	 * NULL: root. Who the sandbox's commands run as (`exec` may say
+	 * otherwise): "UID", "UID:GID", "NAME", "NAME:GROUP" (a UID alone has
+	 * the same GID; a NAME its passwd entry's group), names looked up in
+	 * the image's /etc/passwd and /etc/group, never the host's name
+	 * service. The workspace, the home, the tools and a layered tree are
+	 * then idmapped to that user instead of root (docs/sandbox.md,
+	 * "Workspace ownership").
+	 */
+	const char *user;
 };
 
 #define SBX_EXPIRY_MIN_MS 1000ull
@@ -129,6 +146,10 @@ struct sbx_exec_opts {
 	 * (SIGWINCH) are passed on. */
 	bool tty;
 	uint16_t rows, cols;
+	/* sbx_exec only: as struct sbx_spec.user, looked up in the running
+	 * sandbox's own files; "0" or "root" for root. NULL: the sandbox's
+	 * user. */
+	const char *user;
 };
 
 enum sbx_outcome {
@@ -250,6 +271,8 @@ struct sbx_info {
 	/* "" or why the expiry cannot be told: a damaged expiry file (gc then
 	 * leaves the sandbox alone), a keeper that does not answer. */
 	char expiry_error[64];
+	/* Who its commands run as (struct sbx_spec.user); 0:0 for root. */
+	struct sbx_user user;
 };
 
 /* Calls fn for every sandbox in the state directory, `run`s included. */
@@ -290,5 +313,8 @@ int sbx_rm_rf(const char *path);
 int sbx_doctor(int out_fd);
 
 bool sbx_id_valid(const char *id);
+/* What struct sbx_spec.user may be: UID or NAME, then optionally ':' and
+ * GID or GROUP (ids from 0 to SBX_USER_ID_MAX). */
+bool sbx_user_syntax_valid(const char *text);
 /* "/root" or "/home/NAME" with NAME of [a-z_][a-z0-9_-]{0,31}. */
 bool sbx_home_path_valid(const char *path);

@@ -54,6 +54,7 @@ struct sandbox {
 	struct sbx_bpf filter;
 	struct sbx_rootfs_plan *plan;
 	int userns_fd, ws_userns_fd;
+	struct sbx_user user; /* who its commands run as (spec->user resolved) */
 	/* The processes. */
 	int init_pidfd;
 	int keeper_pidfd;
@@ -328,15 +329,25 @@ static int stage_rootfs(const struct sbx_spec *spec, struct sandbox *sb, struct 
 				   &sb->plan, err);
 	if (r < 0)
 		return r;
+	sbx_rootfs_plan_user(sb->plan, &sb->user);
+	if (spec->user) {
+		/* Its own file, like the network mode's. */
+		r = sbx_user_write(&sb->paths, &sb->user);
+		if (r < 0)
+			return al_error_set_errno(err, r, "cannot record the sandbox's user");
+		log_debug("sandbox %s: commands run as %u:%u", sb->id, (unsigned)sb->user.uid,
+			  (unsigned)sb->user.gid);
+	}
 	sb->userns_fd = sbx_userns_sandbox(uid);
 	if (sb->userns_fd < 0)
 		return al_error_set_errno(err, sb->userns_fd, "cannot create the user namespace");
 	uint32_t owner[2];
 	log_debug("sandbox %s: root filesystem planned, user namespace made", sb->id);
 	if (sbx_rootfs_plan_needs_ws_userns(sb->plan, owner)) {
-		log_debug("sandbox %s: the workspace's %u:%u are the sandbox's root", sb->id,
-			  owner[0], owner[1]);
-		sb->ws_userns_fd = sbx_userns_workspace(uid, owner[0], owner[1]);
+		log_debug("sandbox %s: the workspace's %u:%u are the sandbox's %u:%u", sb->id,
+			  owner[0], owner[1], (unsigned)sb->user.uid, (unsigned)sb->user.gid);
+		sb->ws_userns_fd = sbx_userns_workspace_as(uid + sb->user.uid, uid + sb->user.gid,
+							   owner[0], owner[1]);
 		if (sb->ws_userns_fd < 0)
 			return al_error_set_errno(err, sb->ws_userns_fd,
 						  "cannot create the workspace id mapping");
@@ -366,8 +377,11 @@ static int stage_cgroup(const struct sbx_settings *set, const struct sbx_spec *s
 static struct sbx_init_args init_args(const struct sbx_spec *spec, struct sandbox *sb,
 				      struct sbx_command *cmd)
 {
-	if (cmd)
+	if (cmd) {
 		cmd->filter = &sb->filter;
+		cmd->uid = sb->user.uid;
+		cmd->gid = sb->user.gid;
+	}
 	return (struct sbx_init_args){
 		.spec = spec,
 		.plan = sb->plan,
@@ -376,6 +390,7 @@ static struct sbx_init_args init_args(const struct sbx_spec *spec, struct sandbo
 		.ephemeral = sb->ephemeral,
 		.cmd = cmd,
 		.filter = &sb->filter,
+		.user = sb->user,
 	};
 }
 
