@@ -981,7 +981,11 @@ static int do_exec(int argc, char **argv)
 			o.exec.output_limit = DETACH_OUTPUT_LIMIT;
 		if (sbx_exec_detached(&set, id, cmd, &o.exec, &n, &err) < 0)
 			return cli_fail("%s", al_error_message(&err));
-		printf("%u\n", n);
+		/* Its number is how to reach it: not lost silently. */
+		if (printf("%u\n", n) < 0 || fflush(stdout) != 0)
+			return cli_fail("detached command %u started, but its number could not "
+					"be written: %s",
+					n, al_strerror(errno));
 		return 0;
 	}
 	if (sbx_exec(&set, id, cmd, &o.exec, &res, &err) < 0)

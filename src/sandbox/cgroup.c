@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,6 +351,29 @@ static int rmdir_retry(const char *path)
 			delay.tv_nsec *= 2;
 	}
 	return -EBUSY;
+}
+
+void sbx_cgroup_kill_all(const struct sbx_cgroup *cg)
+{
+	for (int i = 0; i < SBX_CGROUP_CONTROLLERS; i++) {
+		if (!cg->present[i] || (cg->v2 && i > 0))
+			continue;
+		char path[SBX_PATH_MAX];
+		snprintf(path, sizeof(path), "%s/cgroup.procs", cg->path[i]);
+		_cleanup_free_ char *text = NULL;
+		if (read_file_bounded(AT_FDCWD, path, 1 << 20, &text, NULL) < 0)
+			continue;
+		for (const char *p = text; *p;) {
+			uint64_t pid;
+			const char *end;
+			if (parse_u64_prefix(p, &pid, &end) < 0 || *end != '\n')
+				break;
+			/* Ours alone (the sandbox's cgroup): never pid 1. */
+			if (pid > 1 && pid <= INT32_MAX)
+				kill((pid_t)pid, SIGKILL);
+			p = end + 1;
+		}
+	}
 }
 
 int sbx_cgroup_destroy(const struct sbx_cgroup *cg)

@@ -14,7 +14,7 @@
  *
  *   <state>/<id>/logs/N.log     its output (0600, root's)
  *   <state>/<id>/logs/N.cmd     its command line, quoted for a shell
- *   <state>/<id>/logs/N.pid     "PID STARTTIME" of its supervisor
+ *   <state>/<id>/logs/N.pid     its supervisor's pid; locked (flock) while it lives
  *   <state>/<id>/logs/N.status  how it ended (written last, atomically)
  *
  * N counts from 1 in each sandbox. The files go with the sandbox.
@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -101,10 +102,24 @@ static void status_text(int r, const struct al_error *err, const struct sbx_resu
  * 'e' and the reason), then supervises it to its end and records how it
  * ended. Never returns.
  */
-static void __attribute__((noreturn))
-detached_main(const struct sbx_settings *set, const char *id, char *const *argv,
-	      const struct sbx_exec_opts *opts, int logs, unsigned n, int log_fd, int notify)
+/* What the detached supervisor is handed. */
+struct detached {
+	const struct sbx_settings *set;
+	const char *id;
+	char *const *argv;
+	const struct sbx_exec_opts *opts;
+	const struct sbx_state *st;
+	const char *dir; /* the sandbox's state directory */
+	dev_t dir_dev;	 /* ... as it was when the command started */
+	ino_t dir_ino;
+	int logs, log_fd, pid_fd; /* pid_fd: N.pid, locked while it lives */
+	unsigned n;
+};
+
+static void __attribute__((noreturn)) detached_main(const struct detached *d, int notify)
 {
+	int logs = d->logs, log_fd = d->log_fd;
+	unsigned n = d->n;
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (null < 0)
 		_exit(125);
@@ -113,37 +128,60 @@ detached_main(const struct sbx_settings *set, const char *id, char *const *argv,
 			_exit(125);
 	/* Nothing of the caller's stays open here: a pipe it was started
 	 * with (a script reading its output) must see EOF when it returns. */
-	const int keep[] = { 0, 1, 2, null, logs, log_fd, notify };
+	const int keep[] = { 0, 1, 2, null, logs, log_fd, d->pid_fd, notify };
 	if (close_all_fds_except(keep, ARRAY_SIZE(keep)) < 0)
 		_exit(125);
 	if (chdir("/") < 0)
 		_exit(125);
-	char name[32], text[512];
-	uint64_t start = 0;
-	if (sbx_proc_starttime(getpid(), &start) == 0) {
-		snprintf(name, sizeof(name), "%u.pid", n);
-		snprintf(text, sizeof(text), "%d %" PRIu64 "\n", (int)getpid(), start);
-		(void)write_atomic(logs, name, text);
-	}
-	struct sbx_exec_opts o = *opts;
+	/* In the sandbox's cgroup, as its keeper is: what it costs (reading
+	 * a flood of output) is the sandbox's, it ends when the sandbox is
+	 * destroyed, and it is out of the caller's (a login session or a
+	 * service whose end would take it along). */
+	(void)sbx_cgroup_attach(&d->st->cg, getpid());
+	char text[512];
+	/* Who it is, for a person: its lock on the file says it lives. */
+	int tl = snprintf(text, sizeof(text), "%d\n", (int)getpid());
+	(void)!pwrite(d->pid_fd, text, (size_t)tl, 0);
+	struct sbx_exec_opts o = *d->opts;
 	o.stdin_fd = null;
 	o.stdout_fd = log_fd;
 	o.stderr_fd = log_fd;
 	o.tty = false;
+	o.close_at_limit = true;
 	struct sbx_result res = { 0 };
 	struct al_error err = { 0 };
-	int r = sbx_exec_notify(set, id, argv, &o, &notify, &res, &err);
+	int r = sbx_exec_notify(d->set, d->id, d->argv, &o, &notify, &res, &err);
 	if (r < 0 && notify >= 0) {
 		/* It never started: the caller says why. */
 		char msg[sizeof(text)];
 		snprintf(msg, sizeof(msg), "e%s", al_error_message(&err));
 		(void)write_full(notify, msg, strlen(msg));
 	}
-	status_text(r, &err, &res, text, sizeof(text));
-	snprintf(name, sizeof(name), "%u.status", n);
-	(void)write_atomic(logs, name, text);
+	/* Not into a sandbox that is being destroyed (its directory renamed
+	 * away, or gone): that would leave a file in what is being removed. */
+	struct stat now;
+	if (stat(d->dir, &now) == 0 && now.st_dev == d->dir_dev && now.st_ino == d->dir_ino) {
+		char name[32];
+		status_text(r, &err, &res, text, sizeof(text));
+		snprintf(name, sizeof(name), "%u.status", n);
+		(void)write_atomic(logs, name, text);
+	}
 	_exit(0);
 }
+
+/* A detached command's files, when it could not be started. */
+static void detached_forget(int logs, unsigned n)
+{
+	static const char *const ext[] = { "log", "cmd", "pid", "status" };
+	for (size_t i = 0; i < ARRAY_SIZE(ext); i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "%u.%s", n, ext[i]);
+		(void)unlinkat(logs, name, 0);
+	}
+}
+
+/* Past this, a command line is recorded cut short (it is for people). */
+#define CMD_RECORD_MAX 1024
 
 int sbx_exec_detached(const struct sbx_settings *set, const char *id, char *const *argv,
 		      const struct sbx_exec_opts *opts, unsigned *ret_n, struct al_error *err)
@@ -174,26 +212,64 @@ int sbx_exec_detached(const struct sbx_settings *set, const char *id, char *cons
 	if (log_fd < 0)
 		return al_error_set(err, -ENOSPC, "sandbox %s has had %u detached commands already",
 				    id, DETACHED_MAX);
-	_cleanup_buf_ struct buf cmd = BUF_INIT(KEEPER_REQ_MAX);
+	_cleanup_buf_ struct buf cmd = BUF_INIT(SIZE_MAX);
 	r = quote_argv(&cmd, (const char *const *)argv);
+	if (r >= 0 && cmd.len > CMD_RECORD_MAX) {
+		buf_truncate(&cmd, CMD_RECORD_MAX);
+		r = buf_append_str(&cmd, "...");
+	}
 	if (r >= 0)
 		r = buf_append_char(&cmd, '\n');
 	if (r >= 0) {
 		snprintf(name, sizeof(name), "%u.cmd", n);
 		r = write_atomic(logs, name, cmd.data);
 	}
-	if (r < 0)
+	/* Its supervisor holds a lock on N.pid for as long as it lives: taken
+	 * here, before it exists, so the command never looks gone. */
+	_cleanup_close_ int pid_fd = -1;
+	if (r >= 0) {
+		snprintf(name, sizeof(name), "%u.pid", n);
+		pid_fd = openat(logs, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+				0600);
+		if (pid_fd < 0 || flock(pid_fd, LOCK_EX | LOCK_NB) < 0)
+			r = -errno;
+	}
+	struct stat dst;
+	if (r >= 0 && stat(paths.dir, &dst) < 0)
+		r = -errno;
+	if (r < 0) {
+		detached_forget(logs, n);
 		return al_error_set_errno(err, r, "cannot record the command in %s/logs",
 					  paths.dir);
+	}
 
 	int notify[2];
-	if (pipe2(notify, O_CLOEXEC) < 0)
-		return al_error_set_errno(err, -errno, "pipe");
+	if (pipe2(notify, O_CLOEXEC) < 0) {
+		r = al_error_set_errno(err, -errno, "pipe");
+		detached_forget(logs, n);
+		return r;
+	}
+	struct detached d = {
+		.set = set,
+		.id = id,
+		.argv = argv,
+		.opts = opts,
+		.st = &st,
+		.dir = paths.dir,
+		.dir_dev = dst.st_dev,
+		.dir_ino = dst.st_ino,
+		.logs = logs,
+		.log_fd = log_fd,
+		.pid_fd = pid_fd,
+		.n = n,
+	};
 	pid_t child = fork();
 	if (child < 0) {
+		r = al_error_set_errno(err, -errno, "fork");
 		close(notify[0]);
 		close(notify[1]);
-		return al_error_set_errno(err, -errno, "fork");
+		detached_forget(logs, n);
+		return r;
 	}
 	if (child == 0) {
 		/* A session of its own, and not a session leader (it could get
@@ -201,11 +277,11 @@ int sbx_exec_detached(const struct sbx_settings *set, const char *id, char *cons
 		close(notify[0]);
 		if (setsid() < 0)
 			_exit(125);
-		pid_t d = fork();
-		if (d < 0)
+		pid_t pid = fork();
+		if (pid < 0)
 			_exit(125);
-		if (d == 0)
-			detached_main(set, id, argv, opts, logs, n, log_fd, notify[1]);
+		if (pid == 0)
+			detached_main(&d, notify[1]);
 		_exit(0);
 	}
 	close(notify[1]);
@@ -227,6 +303,8 @@ int sbx_exec_detached(const struct sbx_settings *set, const char *id, char *cons
 		*ret_n = n;
 		return 0;
 	}
+	/* It never ran: nothing to list. */
+	detached_forget(logs, n);
 	if (got > 1 && reply[0] == 'e') {
 		reply[got] = '\0';
 		return al_error_set(err, -EIO, "%s", reply + 1);
@@ -236,20 +314,17 @@ int sbx_exec_detached(const struct sbx_settings *set, const char *id, char *cons
 
 /* ---- listing and logs ---- */
 
+/* Its supervisor holds a lock on N.pid for as long as it lives: the
+ * kernel drops it when the process ends (before it is reaped; a pid that
+ * is used again means nothing here). */
 static bool supervisor_alive(int logs, unsigned n)
 {
 	char name[32];
 	snprintf(name, sizeof(name), "%u.pid", n);
-	_cleanup_free_ char *text = NULL;
-	if (read_file_bounded(logs, name, 64, &text, NULL) < 0)
+	_cleanup_close_ int fd = openat(logs, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
 		return false;
-	uint64_t pid, start, now;
-	const char *end;
-	if (parse_u64_prefix(text, &pid, &end) < 0 || *end != ' ' ||
-	    parse_u64_prefix(end + 1, &start, &end) < 0 || strcmp(end, "\n") != 0 || pid <= 1 ||
-	    pid > INT32_MAX)
-		return false;
-	return sbx_proc_starttime((pid_t)pid, &now) == 0 && now == start;
+	return flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
 }
 
 static void read_line(int logs, unsigned n, const char *ext, char *out, size_t size)

@@ -156,6 +156,9 @@ int sbx_cgroup_create(const struct sbx_settings *set, const char *id, const stru
 int sbx_cgroup_attach(const struct sbx_cgroup *cg, pid_t pid);
 /* Number of OOM kills recorded so far; 0 if unknown. */
 uint64_t sbx_cgroup_oom_kills(const struct sbx_cgroup *cg);
+/* SIGKILL to whatever is left in the sandbox's cgroup (a detached
+ * command's supervisor, once its sandbox's processes are gone). */
+void sbx_cgroup_kill_all(const struct sbx_cgroup *cg);
 int sbx_cgroup_destroy(const struct sbx_cgroup *cg);
 void sbx_cgroup_close(struct sbx_cgroup *cg);
 /* Removes cgroups below the parent whose names are not live sandbox ids. */

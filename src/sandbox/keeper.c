@@ -246,8 +246,13 @@ exec_helper(int init_pidfd, const struct sbx_argarea *area, const struct request
 		if (w[0].revents)
 			break;
 		if (w[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+			/* Gone without waiting for it: the command's init
+			 * may not have become root inside yet (a kill from
+			 * here would then be refused), but it dies with its
+			 * parent either way (its parent-death signal, or the
+			 * hang-up of the pipe only we hold before that). */
 			kill(e2, SIGKILL);
-			break;
+			_exit(0);
 		}
 	}
 	close(s);
@@ -423,7 +428,7 @@ static void keeper_serve(int conn, int listen_fd, int init_pidfd, pid_t init_pid
 	} else if (msg.len < skip) {
 		keeper_reply_err(conn, "malformed exec request");
 		return;
-	} else {
+	} else if (skip) {
 		memcpy(winsize, msg.data, skip);
 	}
 	struct request req;

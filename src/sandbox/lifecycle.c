@@ -53,6 +53,7 @@ static int destroy_locked(const struct sbx_settings *set, const char *id, struct
 				return al_error_set(err, r, "the keeper of sandbox %s did not die",
 						    id);
 		}
+		sbx_cgroup_kill_all(&st->cg);
 		r = sbx_cgroup_destroy(&st->cg);
 		if (r < 0)
 			return al_error_set_errno(err, r, "cannot remove the cgroups of sandbox %s",
@@ -71,7 +72,12 @@ static int destroy_locked(const struct sbx_settings *set, const char *id, struct
 		return al_error_set(err, -ENAMETOOLONG, "state directory path too long");
 	if (rename(p.dir, gone) < 0 && errno != ENOENT)
 		return al_error_set_errno(err, -errno, "cannot move %s out of the way", p.dir);
+	/* A detached command's supervisor may write its last file while
+	 * this runs (it checks for the directory first, but cannot hold it):
+	 * then once more. */
 	r = sbx_rm_rf(gone);
+	for (int i = 0; i < 3 && r == -ENOTEMPTY; i++)
+		r = sbx_rm_rf(gone);
 	if (r < 0)
 		return al_error_set_errno(err, r, "cannot remove %s", gone);
 	if (have_state)

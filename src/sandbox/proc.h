@@ -177,26 +177,28 @@ int sbx_init_recv_listeners(int chan, struct sbx_net_fds *ret, struct al_error *
 
 /* ---- keeper.c: the keeper of a persistent sandbox, and its exec helpers ---- */
 
+/* Numbered for good: a keeper outlives the airlock that started it, and
+ * talks to the next version's clients. */
 enum {
 	KEEPER_EXEC = 1, /* payload: request; fds: stdin, stdout, stderr, status */
-	KEEPER_OK,	 /* payload: int32 host pid of the helper; fd: its pidfd */
-	KEEPER_ERR,	 /* payload: reason (NUL-terminated) */
+	KEEPER_OK = 2,	 /* payload: int32 host pid of the helper; fd: its pidfd */
+	KEEPER_ERR = 3,	 /* payload: reason (NUL-terminated) */
 	/* payload: u32 uid of root inside, the home's place ("", "root",
 	 * "home/NAME"; NUL-terminated); fds: the lower layers' idmapped
 	 * clones, top first, then the new layer's. Answered OK (no payload),
 	 * BUSY or ERR. */
-	KEEPER_RELAYER,
-	KEEPER_BUSY, /* a command runs: nothing was changed */
+	KEEPER_RELAYER = 4,
+	KEEPER_BUSY = 5, /* a command runs: nothing was changed */
 	/* payload: struct sbx_keeper_activity_req. Answered IDLE or ERR. */
-	KEEPER_ACTIVITY,
-	KEEPER_IDLE, /* payload: struct sbx_keeper_idle */
+	KEEPER_ACTIVITY = 6,
+	KEEPER_IDLE = 7, /* payload: struct sbx_keeper_idle */
 	/* KEEPER_EXEC with a terminal: payload u16 rows, u16 cols, then the
 	 * request; the same four descriptors (stdio unused but for EOF). */
-	KEEPER_EXEC_TTY,
+	KEEPER_EXEC_TTY = 8,
 	/* KEEPER_EXEC as another user than the sandbox's (`exec --user`):
 	 * payload struct sbx_keeper_exec_as, then the request; the same four
 	 * descriptors. */
-	KEEPER_EXEC_AS,
+	KEEPER_EXEC_AS = 9,
 };
 
 struct sbx_keeper_exec_as {

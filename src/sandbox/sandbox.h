@@ -146,6 +146,10 @@ struct sbx_exec_opts {
 	 * (SIGWINCH) are passed on. */
 	bool tty;
 	uint16_t rows, cols;
+	/* At output_limit, stop reading the command's output altogether (its
+	 * writes then fail with EPIPE) instead of reading and discarding the
+	 * rest: for a command nobody watches (a detached one). */
+	bool close_at_limit;
 	/* sbx_exec only: as struct sbx_spec.user, looked up in the running
 	 * sandbox's own files; "0" or "root" for root. NULL: the sandbox's
 	 * user. */

@@ -296,10 +296,41 @@ static void kill_pidfd(int pidfd)
  */
 static struct termios tio_saved;
 static volatile sig_atomic_t tio_fd = -1;
-static const int tio_fatal_signals[] = { SIGABRT, SIGALRM, SIGBUS,    SIGFPE,  SIGILL,
-					 SIGPROF, SIGQUIT, SIGSEGV,   SIGSYS,  SIGTRAP,
-					 SIGUSR1, SIGUSR2, SIGVTALRM, SIGXCPU, SIGXFSZ };
-static struct sigaction tio_old_actions[ARRAY_SIZE(tio_fatal_signals)];
+static struct sigaction tio_old_actions[_NSIG];
+static bool tio_handled[_NSIG];
+
+/* Whether signal sig's default action ends the process: all but those
+ * that stop, continue or are ignored (and SIGKILL, SIGSTOP: uncatchable).
+ * SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGWINCH are the loop's events. */
+static bool tio_fatal_by_default(int sig)
+{
+	switch (sig) {
+	case SIGKILL:
+	case SIGSTOP:
+	case SIGTSTP:
+	case SIGTTIN:
+	case SIGTTOU:
+	case SIGCONT:
+	case SIGCHLD:
+	case SIGURG:
+	case SIGWINCH:
+	case SIGINT:
+	case SIGTERM:
+	case SIGHUP:
+	case SIGPIPE:
+		return false;
+	}
+	return true;
+}
+
+static void tio_unhandle(void)
+{
+	for (int sig = 1; sig < _NSIG; sig++)
+		if (tio_handled[sig]) {
+			sigaction(sig, &tio_old_actions[sig], NULL);
+			tio_handled[sig] = false;
+		}
+}
 
 static void tio_fatal(int sig)
 {
@@ -321,8 +352,16 @@ static void tio_raw(int fd)
 		return;
 	struct sigaction sa = { .sa_handler = tio_fatal, .sa_flags = SA_RESETHAND | SA_NODEFER };
 	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < ARRAY_SIZE(tio_fatal_signals); i++)
-		sigaction(tio_fatal_signals[i], &sa, &tio_old_actions[i]);
+	/* Every signal that would end us as things are (left to its default
+	 * action), the real-time ones included. */
+	for (int sig = 1; sig < _NSIG; sig++) {
+		struct sigaction cur;
+		if (!tio_fatal_by_default(sig) || sigaction(sig, NULL, &cur) < 0 ||
+		    (cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL)
+			continue;
+		if (sigaction(sig, &sa, &tio_old_actions[sig]) == 0)
+			tio_handled[sig] = true;
+	}
 	tio_fd = fd;
 	raw = tio_saved;
 	cfmakeraw(&raw);
@@ -331,8 +370,7 @@ static void tio_raw(int fd)
 	if (tcsetattr(fd, TCSANOW, &raw) < 0) {
 		/* Nothing changed, then: nothing to restore. */
 		tio_fd = -1;
-		for (size_t i = 0; i < ARRAY_SIZE(tio_fatal_signals); i++)
-			sigaction(tio_fatal_signals[i], &tio_old_actions[i], NULL);
+		tio_unhandle();
 	}
 }
 
@@ -341,13 +379,13 @@ static void tio_restore(void)
 	int fd = tio_fd;
 	if (fd < 0)
 		return;
-	/* After what we wrote has gone out: the last line of output must not
-	 * be drawn in raw mode. */
-	while (tcsetattr(fd, TCSADRAIN, &tio_saved) < 0 && errno == EINTR)
+	/* After what we wrote has gone out, and without what was typed but
+	 * not read: the answer of the user's terminal to a query the command
+	 * printed last must not become the shell's next input. */
+	while (tcsetattr(fd, TCSAFLUSH, &tio_saved) < 0 && errno == EINTR)
 		;
 	tio_fd = -1;
-	for (size_t i = 0; i < ARRAY_SIZE(tio_fatal_signals); i++)
-		sigaction(tio_fatal_signals[i], &tio_old_actions[i], NULL);
+	tio_unhandle();
 }
 
 /* Where the window size is read: stdin, or stdout, whichever is a terminal. */
@@ -399,6 +437,7 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 	io->in[1] = -1;
 	char in_buf[PUMP_CHUNK];
 	size_t in_len = 0;
+	char in_last = 0; /* the last byte of input read, for a terminal's EOF */
 	/* With a terminal: the command's input, output and window size go
 	 * through its master (pty, ours), once its init has sent it; until
 	 * then stdin waits (in_to -1, in_from kept). */
@@ -535,17 +574,40 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 				o->len -= (size_t)w;
 			}
 		}
+		/* At the cap, a command that asks for it gets no more reading:
+		 * its next write fails (EPIPE), as under `| head`. */
+		if (res.output_truncated && opts->close_at_limit)
+			for (int s = 0; s < 2; s++)
+				outs[s].from = safe_close(outs[s].from);
 		if (idx_in >= 0 && pfd[idx_in].revents) {
 			ssize_t got = read(in_from, in_buf, sizeof(in_buf));
 			if (got < 0 && (errno == EINTR || errno == EAGAIN))
 				continue;
-			if (got <= 0) {
+			if (got < 0 && pty >= 0) {
+				/* The user's terminal failed (hung up without a
+				 * SIGHUP reaching us): as a hang-up. */
+				interrupted = SIGHUP;
+				kill_pidfd(kill_fd);
 				in_from = -1;
-				/* EOF reaches the command (a terminal stays: its
-				 * output still comes through it). */
-				in_to = pty >= 0 ? -1 : safe_close(in_to);
+				in_to = -1;
+			} else if (got <= 0 && pty >= 0) {
+				/* End of input, on a terminal: its end-of-file
+				 * character (twice after a line left unfinished,
+				 * whose first only ends the line); the terminal
+				 * stays, its output still comes through it. */
+				struct termios t;
+				char eof = tcgetattr(pty, &t) == 0 && t.c_cc[VEOF] ?
+						   (char)t.c_cc[VEOF] :
+						   4;
+				in_buf[0] = in_buf[1] = eof;
+				in_len = in_last == '\n' || in_last == 0 ? 1 : 2;
+				in_from = -1;
+			} else if (got <= 0) {
+				in_from = -1;
+				in_to = safe_close(in_to); /* EOF reaches the command */
 			} else {
 				in_len = (size_t)got;
+				in_last = in_buf[got - 1];
 			}
 		}
 		if (idx_into >= 0 && pfd[idx_into].revents) {
