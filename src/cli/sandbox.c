@@ -137,12 +137,12 @@ static void sandbox_usage(FILE *f)
 	      "  airlock sandbox inspect ID [--json]\n"
 	      "  airlock sandbox destroy ID...\n"
 	      "  airlock sandbox audit ID                            print its gateway's audit log\n"
-	      "  airlock sandbox policy ID FILE                      a new generation of its policy from\n"
+	      "  airlock sandbox policy ID FILE [--json]             a new generation of its policy from\n"
 	      "                                                      a whole policy file (as --policy)\n"
-	      "  airlock sandbox budget ID [--requests N] [--bytes SIZE]\n"
+	      "  airlock sandbox budget ID [--requests N] [--bytes SIZE] [--json]\n"
 	      "                                                      a new egress budget (0: no limit),\n"
 	      "                                                      counted from zero\n"
-	      "  airlock sandbox gc                                  destroy expired sandboxes (--ttl,\n"
+	      "  airlock sandbox gc [--json]                         destroy expired sandboxes (--ttl,\n"
 	      "                                                      --idle); remove what crashes left\n"
 	      "                                                      behind\n"
 	      "An ID may be given as a unique prefix of at least 4 of its hex digits.\n"
@@ -1304,10 +1304,26 @@ static int gateway_fail(const char *id, int r, const char *msg)
 	return cli_fail("%s", msg);
 }
 
+/* Takes a --json out of argv (once; a second is an error: -1). */
+static int take_json(int *argc, char **argv)
+{
+	int found = 0;
+	for (int i = 1; i < *argc; i++)
+		if (strcmp(argv[i], "--json") == 0) {
+			if (found++)
+				return -1;
+			memmove(&argv[i], &argv[i + 1], (size_t)(*argc - i) * sizeof(*argv));
+			(*argc)--;
+			i--;
+		}
+	return found;
+}
+
 static int do_policy(int argc, char **argv)
 {
-	if (argc != 3)
-		return cli_fail("usage: airlock sandbox policy ID FILE");
+	int json = take_json(&argc, argv);
+	if (argc != 3 || json < 0)
+		return cli_fail("usage: airlock sandbox policy ID FILE [--json]");
 	char id[SBX_ID_LEN + 1], sock[4096];
 	int g = gateway_of(argv[1], id, sock, sizeof(sock));
 	if (g)
@@ -1330,7 +1346,10 @@ static int do_policy(int argc, char **argv)
 			return cli_fail("%s:%s", argv[2], m + 7);
 		return gateway_fail(id, r, m);
 	}
-	printf("policy generation %" PRIu64 "\n", gen);
+	if (json)
+		printf("{\"generation\":%" PRIu64 "}\n", gen);
+	else
+		printf("policy generation %" PRIu64 "\n", gen);
 	return 0;
 }
 
@@ -1341,8 +1360,9 @@ static int do_policy(int argc, char **argv)
 static int do_budget(int argc, char **argv)
 {
 	static const char usage[] =
-		"usage: airlock sandbox budget ID [--requests N] [--bytes SIZE]";
-	if (argc < 2)
+		"usage: airlock sandbox budget ID [--requests N] [--bytes SIZE] [--json]";
+	int json = take_json(&argc, argv);
+	if (argc < 2 || json < 0)
 		return cli_fail("%s", usage);
 	uint64_t max_requests = 0, max_bytes = 0;
 	bool seen_requests = false, seen_bytes = false;
@@ -1379,31 +1399,49 @@ static int do_budget(int argc, char **argv)
 	int r = gw_set_budget(sock, max_requests, max_bytes, &used, &err);
 	if (r < 0)
 		return gateway_fail(id, r, al_error_message(&err));
-	printf("budget set; the previous one spent %" PRIu64 " requests, %" PRIu64 " bytes\n",
-	       used.requests, used.bytes);
+	if (json)
+		printf("{\"previous\":{\"requests\":%" PRIu64 ",\"bytes\":%" PRIu64 "}}\n",
+		       used.requests, used.bytes);
+	else
+		printf("budget set; the previous one spent %" PRIu64 " requests, %" PRIu64
+		       " bytes\n",
+		       used.requests, used.bytes);
 	return 0;
 }
 
 static void said_expired(const char *id, const char *why, void *ud)
 {
-	(void)ud;
-	printf("destroyed sandbox %s (%s)\n", id, why);
+	size_t *n_json = ud;
+	if (!n_json) {
+		printf("destroyed sandbox %s (%s)\n", id, why);
+		return;
+	}
+	printf("%s{\"id\":\"%s\",", (*n_json)++ ? "," : "", id);
+	cli_json_field(stdout, "reason", why);
+	fputc('}', stdout);
 }
 
 static int do_gc(int argc, char **argv)
 {
-	if (argc > 1)
-		return cli_fail("sandbox gc takes no arguments");
+	int json = take_json(&argc, argv);
+	if (argc > 1 || json < 0)
+		return cli_fail("sandbox gc takes no arguments but --json");
 	struct sbx_settings set;
 	if (settings(&set))
 		return EXIT_AIRLOCK_ERROR;
 	/* The expired first: what they leave is then debris like any. */
 	struct al_error xerr = { 0 };
-	int xr = sbx_gc_expired(&set, said_expired, NULL, &xerr);
+	size_t n_json = 0;
+	if (json)
+		fputs("{\"destroyed\":[", stdout);
+	int xr = sbx_gc_expired(&set, said_expired, json ? &n_json : NULL, &xerr);
 	unsigned removed = 0;
 	struct al_error err = { 0 };
 	int r = sbx_gc(&set, &removed, &err);
-	printf("removed %u leftover%s\n", removed, removed == 1 ? "" : "s");
+	if (json)
+		printf("],\"removed\":%u}\n", removed);
+	else
+		printf("removed %u leftover%s\n", removed, removed == 1 ? "" : "s");
 	fflush(stdout);
 	int rc = 0;
 	if (xr < 0)

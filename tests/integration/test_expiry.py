@@ -21,9 +21,17 @@ def out(p):
     return p.stdout.decode()
 
 
-def gc_until_destroyed(airlock, sid, seconds):
+def gc_until_destroyed(airlock, sid, seconds, as_json=False):
     """Runs gc until it destroys sid; returns (its output, when)."""
     def once():
+        if as_json:
+            p = airlock.sandbox("gc", "--json")
+            assert p.returncode == 0, p
+            said = json.loads(out(p))
+            if said["destroyed"]:
+                return said, time.monotonic()
+            assert said == {"destroyed": [], "removed": 0}, said
+            return None
         p = airlock.sandbox("gc")
         assert p.returncode == 0, p
         if sid in out(p):
@@ -105,8 +113,8 @@ def test_ttl_is_a_hard_limit(airlock):
                           env=airlock.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline_poll(lambda: expires_column(airlock, sid) in ("now", "in 1s"), 10, "the list")
-        said, _ = gc_until_destroyed(airlock, sid, 30)
-        assert said == f"destroyed sandbox {sid} (ttl 1s passed)\nremoved 0 leftovers\n"
+        said, _ = gc_until_destroyed(airlock, sid, 30, as_json=True)
+        assert said == {"destroyed": [{"id": sid, "reason": "ttl 1s passed"}], "removed": 0}
         o, e = ex.communicate(timeout=30)
         assert (ex.returncode, o, e.decode()) == (
             125, b"", "airlock: the sandbox ended without reporting a status (destroyed, or "

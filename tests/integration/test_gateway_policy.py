@@ -64,8 +64,9 @@ def test_policy_generations(airlock, tmp_path):
             assert status(airlock, sid, "a.example.test") == "403"
             assert status(airlock, sid, "b.example.test") == "502"
 
-        p = airlock.sandbox("policy", sid, str(new), check=True)
-        assert p.stdout.decode().strip() == "policy generation 3"
+        # (For scripts, as JSON.)
+        p = airlock.sandbox("policy", sid, str(new), "--json", check=True)
+        assert json.loads(p.stdout) == {"generation": 3}
 
         lines = audit(airlock, sid)
         probes = [(l["host"], l["generation"], l["decision"], l["rule"]) for l in lines
