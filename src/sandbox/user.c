@@ -16,11 +16,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <linux/openat2.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -184,26 +187,59 @@ int sbx_group_lookup(const char *text, size_t len, const char *name, uint32_t *r
 	return 0;
 }
 
+/* Filesystems whose files do something when read (or say what the
+ * sandbox may not know): never read for a sandbox, whatever a link in it
+ * points at. */
+static bool pseudo_fs(int fd)
+{
+	static const unsigned long magic[] = {
+		PROC_SUPER_MAGIC, SYSFS_MAGIC,	      DEBUGFS_MAGIC,	   TRACEFS_MAGIC,
+		SECURITYFS_MAGIC, CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, BPF_FS_MAGIC,
+		EFIVARFS_MAGIC,	  PSTOREFS_MAGIC,     SELINUX_MAGIC,	   SMACK_MAGIC,
+	};
+	struct statfs sf;
+	if (fstatfs(fd, &sf) < 0)
+		return true;
+	for (size_t i = 0; i < ARRAY_SIZE(magic); i++)
+		if ((unsigned long)sf.f_type == magic[i])
+			return true;
+	return false;
+}
+
 /* etc/NAME below root_fd, every link resolved inside that root, into a
- * buffer of at most SBX_PASSWD_MAX bytes (the caller frees it). */
+ * buffer of at most SBX_PASSWD_MAX bytes (the caller frees it). Host root
+ * reads it for a hostile sandbox or image: what it names is looked at
+ * (O_PATH) before anything is opened, so a device or a FIFO is never
+ * opened and a file of /proc or /sys never read; then that same inode is
+ * opened for reading. */
 static int read_etc_file(int root_fd, const char *name, char **ret, size_t *ret_len)
 {
 	char rel[32];
 	snprintf(rel, sizeof(rel), "etc/%s", name);
 	struct open_how how = {
-		.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+		.flags = O_PATH | O_CLOEXEC,
 		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
 	};
-	_cleanup_close_ int fd = (int)syscall(SYS_openat2, root_fd, rel, &how, sizeof(how));
-	if (fd < 0)
+	_cleanup_close_ int path_fd = (int)syscall(SYS_openat2, root_fd, rel, &how, sizeof(how));
+	if (path_fd < 0)
 		return -errno;
 	struct stat st;
-	if (fstat(fd, &st) < 0)
+	if (fstat(path_fd, &st) < 0)
 		return -errno;
-	if (!S_ISREG(st.st_mode))
+	if (!S_ISREG(st.st_mode) || pseudo_fs(path_fd))
 		return -EINVAL;
 	if (st.st_size > SBX_PASSWD_MAX)
 		return -EFBIG;
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", path_fd);
+	_cleanup_close_ int fd = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	struct stat again;
+	if (fstat(fd, &again) < 0)
+		return -errno;
+	if (again.st_dev != st.st_dev || again.st_ino != st.st_ino)
+		return -EINVAL;
 	_cleanup_free_ char *buf = malloc(SBX_PASSWD_MAX + 1);
 	if (!buf)
 		return -ENOMEM;

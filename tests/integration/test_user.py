@@ -3,9 +3,11 @@
 (and the home, the layered tree, the fresh workspace) is that user's inside
 and its owner's on the host; root inside may read and change what is there
 but make nothing. Every message is checked word for word."""
+import ctypes
 import json
 import os
 import shutil
+import stat
 import subprocess
 
 import pytest
@@ -141,6 +143,49 @@ def test_names_from_an_image(airlock, tmp_path, workspace):
     p = airlock.run("--image", str(img), "--user", "root", "--", "true")
     assert (p.returncode, p.stderr.decode()) == (
         125, "airlock: no user 'root' in the sandbox's /etc/passwd\n")
+
+
+
+def inotify_opens(path):
+    """An inotify descriptor that sees each open of path (IN_OPEN)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert fd >= 0
+    assert libc.inotify_add_watch(fd, os.fsencode(path), 0x20) >= 0  # IN_OPEN
+    return fd
+
+
+def test_hostile_etc_files_are_never_opened(airlock, tmp_path):
+    """An image's etc/passwd that is a device is looked at, never opened
+    (host root opening a device can arm a watchdog, rewind a tape); one
+    that links to /proc or /sys inside a sandbox is never read for it."""
+    img = busybox_image(tmp_path)
+    os.mknod(img / "etc" / "passwd", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    watch = inotify_opens(img / "etc" / "passwd")
+    try:
+        p = airlock.run("--image", str(img), "--user", "agent", "--", "true")
+        assert (p.returncode, p.stderr.decode()) == (
+            125, "airlock: the sandbox's /etc/passwd is not a regular file\n")
+        try:
+            events = os.read(watch, 4096)
+        except BlockingIOError:
+            events = b""
+        assert events == b"", "the device was opened"
+    finally:
+        os.close(watch)
+    os.unlink(img / "etc" / "passwd")
+    (img / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    sid = airlock.sandbox("create", "--image", str(img), check=True).stdout.decode().strip()
+    try:
+        # Root inside points its passwd at a file of its /proc: a regular
+        # file, readable, but not one host root reads on its behalf.
+        airlock.sandbox("exec", sid, "--", "sh", "-c",
+                        "rm /etc/passwd && ln -s /proc/version /etc/passwd", check=True)
+        p = airlock.sandbox("exec", "--user", "root", sid, "--", "true")
+        assert (p.returncode, p.stderr.decode()) == (
+            125, "airlock: the sandbox's /etc/passwd is not a regular file\n")
+    finally:
+        airlock.sandbox("destroy", sid)
 
 
 @pytest.mark.parametrize("value", ["70000", "65536", "-1", "1000:", ":1000", "1:2:3", "a b",
