@@ -344,6 +344,8 @@ static void tio_fatal(int sig)
 
 /* Raw mode on fd, when it is a terminal whose foreground we are (a
  * background job leaves it alone rather than being stopped by SIGTTOU). */
+static struct termios tio_raw_mode;
+
 static void tio_raw(int fd)
 {
 	struct termios raw;
@@ -367,6 +369,7 @@ static void tio_raw(int fd)
 	cfmakeraw(&raw);
 	raw.c_cc[VMIN] = 1;
 	raw.c_cc[VTIME] = 0;
+	tio_raw_mode = raw;
 	if (tcsetattr(fd, TCSANOW, &raw) < 0) {
 		/* Nothing changed, then: nothing to restore. */
 		tio_fd = -1;
@@ -381,11 +384,27 @@ static void tio_restore(void)
 		return;
 	/* After what we wrote has gone out, and without what was typed but
 	 * not read: the answer of the user's terminal to a query the command
-	 * printed last must not become the shell's next input. */
+	 * printed last must not become the shell's next input. SIGTTOU
+	 * blocked: in a background job by now, we are not stopped for it. */
+	sigset_t ttou, old;
+	sigemptyset(&ttou);
+	sigaddset(&ttou, SIGTTOU);
+	sigprocmask(SIG_BLOCK, &ttou, &old);
 	while (tcsetattr(fd, TCSAFLUSH, &tio_saved) < 0 && errno == EINTR)
 		;
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	tio_fd = -1;
 	tio_unhandle();
+}
+
+/* Continued after a stop (SIGSTOP from outside: the shell that
+ * continues us may have put its own mode back): raw again, when we are
+ * still the terminal's foreground. */
+static void tio_continued(void)
+{
+	int fd = tio_fd;
+	if (fd >= 0 && tcgetpgrp(fd) == getpgrp())
+		(void)tcsetattr(fd, TCSANOW, &tio_raw_mode);
 }
 
 /* Where the window size is read: stdin, or stdout, whichever is a terminal. */
@@ -423,8 +442,10 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 	sigaddset(&mask, SIGTERM);
 	sigaddset(&mask, SIGHUP);
 	sigaddset(&mask, SIGPIPE);
-	if (opts->tty)
+	if (opts->tty) {
 		sigaddset(&mask, SIGWINCH);
+		sigaddset(&mask, SIGCONT);
+	}
 	sigprocmask(SIG_BLOCK, &mask, &old);
 	_cleanup_close_ int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 
@@ -533,6 +554,11 @@ int sbx_supervise(int status_fd, int kill_fd, const struct sbx_exec_opts *opts,
 				if (si.ssi_signo == SIGPIPE)
 					continue;
 				if (si.ssi_signo == SIGWINCH) {
+					winsize_pass(winfd, pty);
+					continue;
+				}
+				if (si.ssi_signo == SIGCONT) {
+					tio_continued();
 					winsize_pass(winfd, pty);
 					continue;
 				}

@@ -303,3 +303,23 @@ def test_tty_option_errors(airlock):
                         b"(see `airlock sandbox --help`)\n")
     h = airlock.sandbox("--help").stdout.decode()
     assert "  -t, --tty " in h
+
+
+def test_raw_again_after_a_stop_and_continue(airlock):
+    t = Term(airlock, "sandbox", "run", "-t", "--", "bash", "--norc", "-i")
+    try:
+        t.send(b"echo RE''ADY\n")
+        prompt(t, "READY")
+        deadline_poll(t.is_raw, 10, "the user's terminal in raw mode")
+        # Stopped from outside; meanwhile the shell that would continue it
+        # puts its own (cooked) mode back; continued, it is raw again.
+        os.kill(t.proc.pid, signal.SIGSTOP)
+        termios.tcsetattr(t.slave, termios.TCSANOW, t.initial)
+        assert not t.is_raw()
+        os.kill(t.proc.pid, signal.SIGCONT)
+        deadline_poll(t.is_raw, 10, "raw mode again")
+        t.send(b"exit 5\n")
+        assert t.wait() == 5
+        assert t.mode() == t.initial
+    finally:
+        t.close()
