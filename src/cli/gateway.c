@@ -125,9 +125,17 @@ int cmd_gateway(int argc, char **argv)
 		return cli_fail("%s", al_error_message(&err));
 	_cleanup_close_ int audit_fd = -1;
 	if (audit) {
-		audit_fd = open_append(audit, false);
+		audit_fd = open_append_regular(audit);
 		if (audit_fd < 0) {
 			gw_config_free(cfg);
+			if (audit_fd == -ELOOP)
+				return cli_fail("%s is a symbolic link: an audit log is opened "
+						"without following one (give the file it names)",
+						audit);
+			if (audit_fd == -EINVAL)
+				return cli_fail(
+					"%s is not a regular file (an audit log must be one)",
+					audit);
 			return cli_fail("cannot open %s: %s", audit, al_strerror(audit_fd));
 		}
 	}

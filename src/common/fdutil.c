@@ -444,6 +444,30 @@ int open_append(const char *path, bool nofollow)
 	return fd < 0 ? -errno : fd;
 }
 
+int open_append_regular(const char *path)
+{
+	/* O_NONBLOCK: a FIFO is refused, not waited on. */
+	int fd =
+		open(path,
+		     O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK,
+		     0600);
+	if (fd < 0)
+		return errno == ENXIO ? -EINVAL : -errno;
+	struct stat st;
+	int r = 0;
+	if (fstat(fd, &st) < 0)
+		r = -errno;
+	else if (!S_ISREG(st.st_mode))
+		r = -EINVAL;
+	else if (fcntl(fd, F_SETFL, O_APPEND) < 0)
+		r = -errno;
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
 int listen_unix_private(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };

@@ -90,6 +90,10 @@ int mkdir_open_no_symlinks(int dirfd, const char *path, mode_t mode);
 /* Opens path for appending (created 0600); nofollow: no link in the last
  * component. The descriptor, or a negative errno. */
 int open_append(const char *path, bool nofollow);
+/* open_append for a file a user names (an audit log): no link in the last
+ * component (-ELOOP), and a regular file (-EINVAL for a FIFO, a device, a
+ * socket: never opened for long, never waited on). */
+int open_append_regular(const char *path);
 
 /* A listening AF_UNIX stream socket at path (a stale one replaced) that
  * only its owner can connect to (made under umask 077). */

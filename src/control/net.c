@@ -74,7 +74,16 @@ int ctl_net_setup(struct ctl_net *n, const struct ctl_net_opts *o, struct sbx_sp
 	gopts.mode = spec->network == SBX_NETWORK_OPEN ? GW_MODE_OPEN : GW_MODE_RESTRICTED;
 	gopts.label = "sandbox";
 	if (o->audit_file) {
-		n->audit_fd = open_append(o->audit_file, false);
+		n->audit_fd = open_append_regular(o->audit_file);
+		if (n->audit_fd == -ELOOP)
+			return al_error_set(err, n->audit_fd,
+					    "%s is a symbolic link: an audit log is opened without "
+					    "following one (give the file it names)",
+					    o->audit_file);
+		if (n->audit_fd == -EINVAL)
+			return al_error_set(err, n->audit_fd,
+					    "%s is not a regular file (an audit log must be one)",
+					    o->audit_file);
 		if (n->audit_fd < 0)
 			return al_error_set_errno(err, n->audit_fd, "cannot open %s",
 						  o->audit_file);

@@ -435,3 +435,28 @@ def test_network_learn_prints_the_rules_a_command_needed(airlock):
     p = airlock("sandbox", "run", "--network", "lern", "--", "true")
     assert (p.returncode, err(p)) == (
         125, "airlock: --network wants none, restricted, open or learn, not 'lern'\n")
+
+
+def test_audit_file_is_a_regular_file_named_as_is(airlock, tmp_path):
+    """--audit FILE is appended to as root: not through a link (one planted
+    in a directory someone else can write), never a FIFO or a device."""
+    real = tmp_path / "audit.jsonl"
+    link = tmp_path / "link.jsonl"
+    os.symlink(real, link)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, why in [
+        (link, f"{link} is a symbolic link: an audit log is opened without following one "
+               f"(give the file it names)"),
+        (fifo, f"{fifo} is not a regular file (an audit log must be one)"),
+        ("/dev/null", "/dev/null is not a regular file (an audit log must be one)"),
+    ]:
+        p = airlock.run("--audit", str(path), "--", "true", timeout=30)
+        assert (p.returncode, err(p)) == (125, f"airlock: {why}\n"), p
+        p = airlock("gateway", "--listen", "127.0.0.1:0", "--mode", "open", "--audit", str(path),
+                    timeout=30)
+        assert (p.returncode, err(p)) == (125, f"airlock: {why}\n"), p
+    assert not real.exists()
+    p = airlock.run("--audit", str(real), "--", "true", timeout=30)
+    assert p.returncode == 0, p
+    assert real.is_file()

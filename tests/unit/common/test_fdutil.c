@@ -453,6 +453,37 @@ static void test_open_no_symlinks_without_openat2(void **state)
 		fail_msg("without openat2: %s", msg[0] ? msg : "the child died");
 }
 
+static void test_open_append_regular(void **state)
+{
+	struct tmp *t = *state;
+	char path[PATH_MAX], link[PATH_MAX], fifo[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/log", t->dir);
+	snprintf(link, sizeof(link), "%s/link", t->dir);
+	snprintf(fifo, sizeof(fifo), "%s/fifo", t->dir);
+	/* Made, appended to, blocking again once open. */
+	int fd = open_append_regular(path);
+	assert_true(fd >= 0);
+	assert_int_equal(fcntl(fd, F_GETFL) & (O_NONBLOCK | O_APPEND), O_APPEND);
+	assert_int_equal(write_full(fd, "a\n", 2), 0);
+	close(fd);
+	fd = open_append_regular(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write_full(fd, "b\n", 2), 0);
+	close(fd);
+	char *s;
+	assert_int_equal(read_file_bounded(t->dirfd, "log", 100, &s, NULL), 0);
+	assert_string_equal(s, "a\nb\n");
+	free(s);
+	/* A link in the last component, a FIFO (with no reader: never waited
+	 * on), a directory, a device: refused. */
+	assert_int_equal(symlink(path, link), 0);
+	assert_int_equal(open_append_regular(link), -ELOOP);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	assert_int_equal(open_append_regular(fifo), -EINVAL);
+	assert_int_equal(open_append_regular(t->dir), -EISDIR);
+	assert_int_equal(open_append_regular("/dev/null"), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -469,6 +500,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_open_no_symlinks, setup_tmp, teardown_tmp),
 		cmocka_unit_test_setup_teardown(test_open_no_symlinks_without_openat2, setup_tmp,
 						teardown_tmp),
+		cmocka_unit_test_setup_teardown(test_open_append_regular, setup_tmp, teardown_tmp),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
